@@ -1,0 +1,3 @@
+from pp3cli.cli import main
+
+main()

@@ -1,0 +1,36 @@
+"""One exception hierarchy for pp3; the CLI turns each into its documented exit code.
+
+Exit codes: 0 ok, 1 a check failed, 2 usage (bad input), 3 environment (no GPU where
+one is required, lock held, power limit not as expected, missing tool).
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1
+EXIT_USAGE = 2
+EXIT_ENVIRONMENT = 3
+
+
+class Pp3Error(Exception):
+    """Base class: a human diagnostic plus the exit code the CLI reports."""
+
+    exit_code: int = EXIT_CHECK_FAILED
+
+
+class CheckFailed(Pp3Error):
+    """A verification or statistical check did not pass (exit 1)."""
+
+    exit_code = EXIT_CHECK_FAILED
+
+
+class UsageProblem(Pp3Error):
+    """Bad input: names the offending value and what was expected (exit 2)."""
+
+    exit_code = EXIT_USAGE
+
+
+class EnvironmentProblem(Pp3Error):
+    """The machine is not as required: no GPU, lock held, power limit differs (exit 3)."""
+
+    exit_code = EXIT_ENVIRONMENT
