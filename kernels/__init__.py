@@ -24,6 +24,10 @@ from pp3kernels.contract import (
     STREAM_SAMPLE,
     ChainResult,
 )
+from pp3kernels.drafts import point_mass_q, quantise_q, sample_drafts
+from pp3kernels.reference import DEFECTS, reference_verify_chain
+from pp3kernels.selector import LaunchPlan, plan_launch, verify_chain
+from pp3kernels.validate import SelectorInputError, validate_chain_inputs
 
 __all__ = [
     "MAX_DENOMINATOR",
@@ -38,4 +42,14 @@ __all__ = [
     "STREAM_DRAFT",
     "STREAM_SAMPLE",
     "ChainResult",
+    "DEFECTS",
+    "LaunchPlan",
+    "SelectorInputError",
+    "point_mass_q",
+    "quantise_q",
+    "reference_verify_chain",
+    "sample_drafts",
+    "plan_launch",
+    "validate_chain_inputs",
+    "verify_chain",
 ]

@@ -16,7 +16,8 @@ The batch index never enters a counter: a request's draws depend only on
 
 Uniforms
 --------
-acceptance coin  U = (floor(w0 / 2^8) + 1/2) * 2^-24      (24-bit grid, in (0, 1), exact in fp32)
+acceptance coin  U = (2 floor(w0 / 2^8) + 1) * 2^-25      (24-bit grid, in (0, 1); exact in fp64,
+                 NOT in fp32, which lacks the 25th bit: compute U in fp64)
 sample uniform   u = (2k + 1) * 2^-53, k = floor(w0 / 2^6) * 2^26 + floor(w1 / 2^6)
                  (52-bit grid, in (0, 1), exact in fp64)
 draft integer    r = w0 mod C  (C a power of two <= 2^24: exactly uniform on [0, C))
