@@ -7,11 +7,10 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
 
 from pp3cli import __version__
-from pp3cli.errors import EXIT_CHECK_FAILED, EXIT_USAGE, Pp3Error
+from pp3cli.errors import EXIT_USAGE, Pp3Error
 from pp3cli.settings import DEFAULT_RECEIPTS, Settings, default_scratch
 
 app = typer.Typer(
@@ -26,6 +25,10 @@ app = typer.Typer(
 COMMAND_MODULES = (
     "pp3cli.commands.verify_receipts",
     "pp3cli.commands.clean_scratch",
+    "pp3cli.commands.probe",
+    "pp3cli.commands.overlay",
+    "pp3cli.commands.oracle",
+    "pp3cli.commands.qualify",
 )
 
 
@@ -65,18 +68,12 @@ for _module in COMMAND_MODULES:
 
 
 def main() -> None:
-    """Console entry point: run the app, turning Pp3Error into its exit code."""
+    """Console entry point: Typer handles usage errors (exit 2); Pp3Error maps to its code."""
     try:
-        code = app(standalone_mode=False)
-    except click.ClickException as err:  # usage errors: click prints them, exit 2
-        err.show()
-        sys.exit(err.exit_code)
-    except click.exceptions.Abort:
-        sys.exit(EXIT_CHECK_FAILED)
+        app()
     except Pp3Error as err:
         typer.echo(f"pp3: {err}", err=True)
         sys.exit(err.exit_code)
     except ValueError as err:  # contract violations raised by pp3kernels validation
         typer.echo(f"pp3: {err}", err=True)
         sys.exit(EXIT_USAGE)
-    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,130 @@
+"""The command line end to end: in-process (CliRunner) and as a real `python -m pp3cli`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pp3cli import __version__
+from pp3cli.cli import app
+from pp3cli.errors import Pp3Error
+from pp3cli.guard import ensure_scratch
+from pp3cli.settings import Settings
+
+HOLDER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from pp3cli.guard import hold_lock
+    with hold_lock(Path(sys.argv[1]), "holder-command"):
+        print("held", flush=True)
+        sys.stdin.read()
+    """
+)
+COMMANDS = ("verify-receipts", "clean-scratch")
+
+
+@pytest.fixture
+def folders(tmp_path: Path) -> dict[str, Path]:
+    """Empty receipts, receipts with an unlisted file, a pp3 scratch root."""
+    empty = tmp_path / "empty-receipts"
+    empty.mkdir()
+    broken = tmp_path / "broken-receipts"
+    broken.mkdir()
+    (broken / "probe-20250101T000000000000Z.json").write_text("{}\n")
+    scratch = ensure_scratch(Settings(scratch=tmp_path / "scratch", receipts=empty))
+    return {"empty": empty, "broken": broken, "scratch": scratch, "missing": tmp_path / "nope"}
+
+
+@pytest.fixture
+def lock_held(folders: dict[str, Path]) -> Iterator[int]:
+    """Another process holds pp3's lock in the scratch root; yields its pid."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(folders["scratch"])],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdin is not None
+    assert holder.stdout.readline().strip() == "held", "lock holder did not start"
+    yield holder.pid
+    holder.stdin.close()
+    holder.wait(timeout=30)
+
+
+def invoke(args: list[str]) -> tuple[int, str]:
+    """Run the app in-process; a Pp3Error maps to its exit code as `pp3cli.cli.main` does."""
+    result = CliRunner().invoke(app, args)
+    if isinstance(result.exception, Pp3Error):
+        return result.exception.exit_code, f"{result.output}pp3: {result.exception}"
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.output
+
+
+def test_version_and_help_in_process() -> None:
+    code, output = invoke(["--version"])
+    assert code == 0 and output.strip() == f"pp3 {__version__}", output
+    code, output = invoke(["-h"])
+    assert code == 0 and all(command in output for command in COMMANDS), output
+    for command in COMMANDS:
+        code, output = invoke([command, "-h"])
+        assert code == 0 and "Usage:" in output and command in output, output
+
+
+def test_exit_codes_in_process(folders: dict[str, Path], lock_held: int) -> None:
+    scratch = str(folders["scratch"])
+    code, output = invoke(["--receipts", str(folders["empty"]), "verify-receipts"])
+    assert code == 0 and "no receipts in" in output, output
+    code, output = invoke(["--receipts", str(folders["broken"]), "verify-receipts"])
+    assert code == 1 and "FAIL: probe-20250101T000000000000Z.json" in output, output
+    code, output = invoke(["--receipts", str(folders["missing"]), "verify-receipts"])
+    assert code == 2 and "does not exist" in output, output
+    code, output = invoke(["--scratch", "/", "clean-scratch"])
+    assert code == 2 and "filesystem root" in output, output
+    code, output = invoke(["verify-receipts", "--no-such-option"])
+    assert code == 2 and "No such option" in output, output
+    code, output = invoke(["--scratch", scratch, "clean-scratch"])
+    assert code == 3 and f"pid {lock_held}" in output, output
+
+
+def test_real_process_exit_codes(folders: dict[str, Path], lock_held: int) -> None:
+    """Each case is a real `python -m pp3cli`; they run concurrently to keep the file fast."""
+    scratch = str(folders["scratch"])
+    cases: list[tuple[list[str], int, str]] = [
+        (["--version"], 0, f"pp3 {__version__}"),
+        (["-h"], 0, "clean-scratch"),
+        (["verify-receipts", "-h"], 0, "--strict"),
+        (["clean-scratch", "-h"], 0, "--dry-run"),
+        (["--receipts", str(folders["broken"]), "verify-receipts"], 1, "not in the manifest"),
+        (["--scratch", "/", "clean-scratch"], 2, "filesystem root"),
+        (["clean-scratch", "--bogus"], 2, "No such option"),
+        (["--scratch", scratch, "clean-scratch"], 3, f"pid {lock_held}"),
+    ]
+    environment = {**os.environ, "COLUMNS": "200"}
+    environment.pop("PP3_SCRATCH", None)
+    environment.pop("PP3_RECEIPTS", None)
+    running = [
+        subprocess.Popen(
+            [sys.executable, "-m", "pp3cli", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=environment,
+            cwd=folders["empty"],
+        )
+        for args, _, _ in cases
+    ]
+    for process, (args, expected_code, fragment) in zip(running, cases, strict=True):
+        output, _ = process.communicate(timeout=300)
+        assert process.returncode == expected_code, (
+            f"pp3 {' '.join(args)}: exit {process.returncode}, expected {expected_code}\n{output}"
+        )
+        assert fragment in output, f"pp3 {' '.join(args)}: {fragment!r} not in\n{output}"

@@ -1,0 +1,327 @@
+"""The guard: lock, affinity, nice, threads, read-only NVML, detach into a private tmux."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pynvml
+import pytest
+import torch
+
+from pp3cli.errors import EnvironmentProblem, UsageProblem
+from pp3cli.guard import (
+    GuardOptions,
+    format_cpu_list,
+    guard_options,
+    guarded,
+    maybe_detach,
+    parse_cpu_list,
+)
+from pp3cli.receipts import canonical_json
+from pp3cli.scratch import MARKER_NAME, ensure_scratch, has_marker, new_run_dir, tmux_socket
+from pp3cli.settings import Settings
+
+HOLDER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from pp3cli.guard import hold_lock
+    with hold_lock(Path(sys.argv[1]), "holder-command"):
+        print("held", flush=True)
+        sys.stdin.read()
+    """
+)
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(scratch=tmp_path / "scratch", receipts=tmp_path / "receipts")
+
+
+def quiet_options(**overrides: Any) -> GuardOptions:
+    """Options that do not renice the test process (the guard can never lower it again)."""
+    return GuardOptions(nice=os.nice(0), threads=2, **overrides)
+
+
+@pytest.fixture
+def lock_holder(settings: Settings) -> Iterator[subprocess.Popen[str]]:
+    """A second process holding pp3's lock until its stdin closes."""
+    root = ensure_scratch(settings)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(root)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdin is not None
+    assert holder.stdout.readline().strip() == "held", "lock holder did not start"
+    yield holder
+    holder.stdin.close()
+    holder.wait(timeout=30)
+
+
+class FakeNvml:
+    """A fake NVML: fixed readings, and every setter recorded and refused."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, limit_mw: int) -> None:
+        self.setter_calls: list[str] = []
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        for name in dir(pynvml):
+            if name.startswith(("nvmlDeviceSet", "nvmlSet")):
+                monkeypatch.setattr(pynvml, name, self._refuse(name))
+        readings = {
+            "nvmlInit": lambda: None,
+            "nvmlShutdown": lambda: None,
+            "nvmlDeviceGetCount": lambda: 1,
+            "nvmlDeviceGetHandleByIndex": lambda index: f"handle-{index}",
+            "nvmlSystemGetDriverVersion": lambda: "555.42",
+            "nvmlDeviceGetName": lambda handle: "Fake H200",
+            "nvmlDeviceGetPowerManagementLimit": lambda handle: limit_mw,
+            "nvmlDeviceGetEnforcedPowerLimit": lambda handle: limit_mw,
+        }
+        for name, function in readings.items():
+            monkeypatch.setattr(pynvml, name, function)
+
+    def _refuse(self, name: str) -> Any:
+        def setter(*args: Any, **kwargs: Any) -> None:
+            self.setter_calls.append(name)
+            raise AssertionError(f"pp3 called the NVML setter {name}")
+
+        return setter
+
+
+def test_cpu_list_syntax() -> None:
+    assert parse_cpu_list("12-15,28-31") == [12, 13, 14, 15, 28, 29, 30, 31]
+    assert parse_cpu_list("0-6:3, 1") == [0, 1, 3, 6]
+    assert format_cpu_list([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+    for bad in ("a-b", "3-1", "", "-2", "0-4:0"):
+        with pytest.raises(UsageProblem) as err:
+            parse_cpu_list(bad)
+        assert err.value.exit_code == 2, err.value
+
+
+def test_cpus_that_do_not_exist_are_refused_with_exit_2(settings: Settings) -> None:
+    missing = max(os.sched_getaffinity(0)) + 4096
+    with pytest.raises(UsageProblem) as err:
+        guard_options(f"0,{missing}", 19, 8, None, False)
+    assert err.value.exit_code == 2
+    assert str(missing) in str(err.value), str(err.value)
+    ran = []
+    with pytest.raises(UsageProblem) as err:
+        with guarded("test", settings, quiet_options(cpus=str(missing)), require_gpu=False):
+            ran.append(True)
+    assert err.value.exit_code == 2 and not ran, str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("nice", "threads", "power", "fragment"),
+    [(20, 8, None, "--nice 20"), (19, 0, None, "--threads 0"), (19, 8, -5.0, "-5.0")],
+)
+def test_bad_guard_options_exit_2(
+    nice: int, threads: int, power: float | None, fragment: str
+) -> None:
+    with pytest.raises(UsageProblem) as err:
+        guard_options(None, nice, threads, power, False)
+    assert err.value.exit_code == 2 and fragment in str(err.value), str(err.value)
+
+
+def test_lock_held_by_another_process_fails_at_once_naming_it(
+    settings: Settings, lock_holder: subprocess.Popen[str]
+) -> None:
+    # The contender is a process of its own too, so that a guard that waited for the lock
+    # fails this test by its timeout instead of hanging it.
+    contender = textwrap.dedent(
+        f"""
+        import sys, time
+        from pathlib import Path
+        from pp3cli.errors import Pp3Error
+        from pp3cli.guard import GuardOptions, guarded
+        from pp3cli.settings import Settings
+        settings = Settings(scratch=Path({str(settings.scratch)!r}), receipts=Path("r"))
+        started = time.monotonic()
+        try:
+            with guarded("second", settings, GuardOptions(threads=1), require_gpu=False):
+                print("RAN")
+        except Pp3Error as err:
+            print(err.exit_code, f"{{time.monotonic() - started:.3f}}", err, sep="\\n")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", contender], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    code, waited, message = done.stdout.strip().split("\n", 2)
+    assert code == "3", done.stdout
+    assert f"pid {lock_holder.pid}" in message and "holder-command" in message, message
+    assert "RAN" not in done.stdout
+    assert float(waited) < 5.0, f"the guard waited {waited} s for the lock instead of failing"
+
+
+def test_guard_applies_and_restores_affinity_threads_and_writes_lock_info(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "5")
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    affinity_before = os.sched_getaffinity(0)
+    threads_before = torch.get_num_threads()
+    cpu = min(affinity_before)
+    with guarded("apply", settings, quiet_options(cpus=str(cpu)), require_gpu=False) as record:
+        assert os.sched_getaffinity(0) == {cpu}
+        assert os.environ["OMP_NUM_THREADS"] == os.environ["MKL_NUM_THREADS"] == "2"
+        assert torch.get_num_threads() == 2
+        info = orjson.loads((record.lock_path.parent / "pp3.lock.json").read_bytes())
+        assert info["pid"] == os.getpid() and info["command"] == "apply", info
+        assert has_marker(record.run_dir, "pp3-run"), record.run_dir
+        environment = record.environment()
+    assert os.sched_getaffinity(0) == affinity_before
+    assert os.environ["OMP_NUM_THREADS"] == "5" and "MKL_NUM_THREADS" not in os.environ
+    assert torch.get_num_threads() == threads_before
+    assert not (record.lock_path.parent / "pp3.lock.json").exists()
+    assert environment["affinity"] == [cpu] and environment["threads"] == 2
+    assert environment["interpreter"] == (os.environ.get("TRITON_INTERPRET") == "1")
+    assert environment["torch"] and environment["python"] and environment["lock_path"]
+    canonical_json(environment)  # JSON-safe: raises on anything else
+
+
+def test_guard_raises_niceness_in_a_fresh_process(settings: Settings) -> None:
+    script = textwrap.dedent(
+        f"""
+        import os
+        from pathlib import Path
+        from pp3cli.guard import GuardOptions, guarded
+        from pp3cli.settings import Settings
+        settings = Settings(scratch=Path({str(settings.scratch)!r}), receipts=Path("r"))
+        with guarded("nice", settings, GuardOptions(nice=19, threads=1), require_gpu=False) as rec:
+            print(os.nice(0), rec.environment()["nice"])
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["19", "19"], done.stdout
+
+
+def test_power_limit_mismatch_exits_3_before_work(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nvml = FakeNvml(monkeypatch, limit_mw=700_000)
+    ran = []
+    with pytest.raises(EnvironmentProblem) as err:
+        with guarded("power", settings, quiet_options(expect_power_limit=225.0), require_gpu=False):
+            ran.append(True)
+    message = str(err.value)
+    assert err.value.exit_code == 3 and "700 W" in message and "225 W" in message, message
+    assert not ran and nvml.setter_calls == []
+
+
+def test_nvml_is_only_read_and_recorded(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nvml = FakeNvml(monkeypatch, limit_mw=225_000)
+    with guarded(
+        "power", settings, quiet_options(expect_power_limit=225.0), require_gpu=False
+    ) as record:
+        inside = record.environment()
+    after = record.environment()
+    assert nvml.setter_calls == []
+    assert inside["power_limit_before_w"] == 225.0 and inside["power_limit_after_w"] == 225.0
+    assert after["power_limit_after_w"] == 225.0 and after["driver"] == "555.42"
+    assert after["gpu_name"] == (
+        torch.cuda.get_device_name(0) if torch.cuda.is_available() else "Fake H200"
+    )
+
+
+def test_without_nvml_the_power_limit_is_null(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_library() -> None:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+    monkeypatch.setattr(pynvml, "nvmlInit", no_library)
+    with guarded("nonvml", settings, quiet_options(), require_gpu=False) as record:
+        pass
+    environment = record.environment()
+    assert environment["power_limit_before_w"] is None
+    assert environment["power_limit_after_w"] is None
+    assert "NVML unavailable" in environment["nvml_error"], environment
+    with pytest.raises(EnvironmentProblem) as err:
+        with guarded(
+            "nonvml", settings, quiet_options(expect_power_limit=225.0), require_gpu=False
+        ):
+            pass
+    assert err.value.exit_code == 3 and "cannot be read" in str(err.value), str(err.value)
+
+
+def test_require_gpu_without_a_gpu_exits_3(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    ran = []
+    with pytest.raises(EnvironmentProblem) as err:
+        with guarded("gpu-only", settings, quiet_options(), require_gpu=True):
+            ran.append(True)
+    assert err.value.exit_code == 3 and str(err.value).startswith("no GPU: "), str(err.value)
+    assert not ran
+
+
+def test_scratch_root_and_run_folders_carry_markers(settings: Settings, tmp_path: Path) -> None:
+    root = ensure_scratch(settings)
+    assert has_marker(root, "pp3-scratch-root")
+    assert ensure_scratch(settings) == root  # idempotent
+    run = new_run_dir(settings, "probe")
+    assert run.parent == root / "runs" and run.name.startswith("probe-")
+    assert has_marker(run, "pp3-run") and not has_marker(run, "pp3-scratch-root")
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "theirs.txt").write_text("not pp3's")
+    with pytest.raises(UsageProblem) as err:
+        ensure_scratch(Settings(scratch=foreign, receipts=tmp_path))
+    assert err.value.exit_code == 2 and MARKER_NAME in str(err.value), str(err.value)
+
+
+def test_maybe_detach_without_the_flag_does_nothing(settings: Settings) -> None:
+    assert maybe_detach("probe", settings, GuardOptions(), ["probe"]) is False
+    assert not settings.scratch.exists()
+
+
+def test_detach_runs_the_command_in_pp3s_private_tmux(
+    settings: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tmux = shutil.which("tmux")
+    assert tmux is not None, "tmux is missing: run `bash ci/install-system.sh` (it installs tmux)"
+    settings.receipts.mkdir()
+    detached = maybe_detach(
+        "verify-receipts", settings, GuardOptions(detach=True), ["verify-receipts", "--detach"]
+    )
+    assert detached is True
+    printed = capsys.readouterr().out
+    root = ensure_scratch(settings)
+    socket = tmux_socket(root)
+    (run,) = sorted((root / "runs").iterdir())
+    session = f"pp3-{run.name}"
+    try:
+        assert f"attach -t {session}" in printed and str(run / "log") in printed, printed
+        waited = subprocess.run(
+            [tmux, "-S", str(socket), "wait-for", f"{session}-done"], timeout=120, check=False
+        )
+        assert waited.returncode == 0
+        log = (run / "log").read_text()
+        assert f"no receipts in {settings.receipts.resolve()}" in log, log
+        assert "finished with exit status 0" in log, log
+        assert (run / "exit_status").read_text().strip() == "0"
+        killed = subprocess.run(
+            [tmux, "-S", str(socket), "kill-session", "-t", session],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert killed.returncode == 0, killed.stderr
+    finally:
+        subprocess.run([tmux, "-S", str(socket), "kill-server"], capture_output=True, check=False)

@@ -1,0 +1,198 @@
+"""Receipts: canonical JSON, source digests, git state, O_EXCL files and the manifest chain."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+from pp3cli import receipts
+from pp3cli.errors import Pp3Error
+from pp3cli.receipts import (
+    SCHEMA_VERSION,
+    canonical_json,
+    git_state,
+    source_digests,
+    write_receipt,
+)
+
+
+def make_tree(root: Path) -> Path:
+    """A miniature project: the files whose digests a receipt records, plus some that it skips."""
+    (root / "pp3cli" / "commands").mkdir(parents=True)
+    (root / "kernels").mkdir()
+    (root / "pp3cli" / "cli.py").write_text("# cli\n")
+    (root / "pp3cli" / "commands" / "probe.py").write_text("# probe\n")
+    (root / "kernels" / "selector.py").write_text("# selector\n")
+    (root / "kernels" / "contract.py").write_text("# contract\n")
+    (root / "pyproject.toml").write_text("[project]\nname = 'pp3'\n")
+    (root / "kernels" / "__pycache__").mkdir()
+    (root / "kernels" / "__pycache__" / "selector.cpython-311.pyc").write_bytes(b"\0")
+    (root / "tests").mkdir()
+    (root / "tests" / "test_x.py").write_text("# not a source of results\n")
+    return root
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_canonical_json_sorts_keys_and_is_compact() -> None:
+    assert canonical_json({"b": [1, 2.5], "a": {"z": None, "y": True}}) == (
+        b'{"a":{"y":true,"z":null},"b":[1,2.5]}'
+    )
+    assert canonical_json({"n": np.int64(3), "v": np.arange(3)}) == b'{"n":3,"v":[0,1,2]}'
+
+
+@pytest.mark.parametrize(
+    ("value", "where"),
+    [
+        ({"data": {"counts": [1, 2, math.nan]}}, "$.data.counts[2]"),
+        ({"p": math.inf}, "$.p"),
+        ({"p": [{"q": -math.inf}]}, "$.p[0].q"),
+        ({"a": np.array([[0.0, 1.0], [np.nan, 2.0]])}, "$.a[1,0]"),
+        ({"s": np.float32("nan")}, "$.s"),
+    ],
+)
+def test_canonical_json_refuses_non_finite_naming_the_path(value: object, where: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(where)):
+        canonical_json(value)
+
+
+def test_canonical_json_refuses_non_string_keys() -> None:
+    with pytest.raises(ValueError, match="not canonical JSON"):
+        canonical_json({1: "x"})
+
+
+def test_source_digests_cover_code_kernels_and_packaging(tmp_path: Path) -> None:
+    root = make_tree(tmp_path)
+    pinned = tmp_path / "pinned.py"
+    pinned.write_text("# pinned external\n")
+    digests = source_digests(root, {"external/pinned.py": pinned})
+    assert sorted(digests) == [
+        "external/pinned.py",
+        "kernels/contract.py",
+        "kernels/selector.py",
+        "pp3cli/cli.py",
+        "pp3cli/commands/probe.py",
+        "pyproject.toml",
+    ]
+    assert digests["kernels/selector.py"] == sha(b"# selector\n")
+    with pytest.raises(ValueError, match="missing.py"):
+        source_digests(root, {"x": tmp_path / "missing.py"})
+
+
+def test_git_state(tmp_path: Path) -> None:
+    assert git_state(tmp_path) == {"commit": None, "dirty": None}
+    git = shutil.which("git")
+    assert git is not None, "git is needed to record receipts' commits"
+    identity = ["-c", "user.name=pp3", "-c", "user.email=pp3@example.invalid"]
+    make_tree(tmp_path)
+    subprocess.run([git, "init", "-q", str(tmp_path)], check=True)
+    subprocess.run([git, "-C", str(tmp_path), "add", "-A"], check=True)
+    subprocess.run([git, "-C", str(tmp_path), *identity, "commit", "-qm", "x"], check=True)
+    state = git_state(tmp_path)
+    assert re.fullmatch(r"[0-9a-f]{40}", state["commit"]) and state["dirty"] is False, state
+    (tmp_path / "kernels" / "selector.py").write_text("# changed\n")
+    assert git_state(tmp_path)["dirty"] is True
+
+
+def write(receipts_dir: Path, root: Path, **overrides: object) -> Path:
+    arguments: dict[str, object] = {
+        "parameters": {"n": 10},
+        "environment": {"gpu_name": None},
+        "data": {"counts": [3, 7]},
+        "verdict": "PASS",
+        "root": root,
+        "argv": ["pp3", "probe"],
+    }
+    arguments.update(overrides)
+    return write_receipt(receipts_dir, "probe", **arguments)  # type: ignore[arg-type]
+
+
+def test_write_receipt_is_an_in_toto_statement(tmp_path: Path) -> None:
+    root = make_tree(tmp_path / "tree")
+    path = write(tmp_path / "receipts", root)
+    assert re.fullmatch(r"probe-\d{8}T\d{12}Z\.json", path.name), path.name
+    stored = path.read_bytes()
+    statement = orjson.loads(stored)
+    assert stored == canonical_json(statement) + b"\n"
+    assert statement["_type"] == "https://in-toto.io/Statement/v1"
+    assert statement["predicateType"] == f"https://pp3.dev/probe/v{SCHEMA_VERSION}"
+    assert statement["subject"] == [
+        {"name": "kernels/contract.py", "digest": {"sha256": sha(b"# contract\n")}},
+        {"name": "kernels/selector.py", "digest": {"sha256": sha(b"# selector\n")}},
+    ]
+    predicate = statement["predicate"]
+    assert sorted(predicate) == sorted(
+        ["argv", "git", "sources", "parameters", "environment", "data", "verdict",
+         "supersedes", "created_utc", "schema_version"]
+    )  # fmt: skip
+    assert predicate["argv"] == ["pp3", "probe"] and predicate["verdict"] == "PASS"
+    assert predicate["sources"] == source_digests(root)
+    assert predicate["data"] == {"counts": [3, 7]} and predicate["schema_version"] == 1
+
+
+def test_manifest_is_a_hash_chain(tmp_path: Path) -> None:
+    root = make_tree(tmp_path / "tree")
+    first = write(tmp_path / "receipts", root)
+    second = write(tmp_path / "receipts", root, verdict="FAIL")
+    lines = (tmp_path / "receipts" / "MANIFEST.jsonl").read_bytes().splitlines()
+    assert len(lines) == 2
+    entries = [orjson.loads(line) for line in lines]
+    assert entries[0] == {
+        "seq": 1, "file": first.name, "sha256": sha(first.read_bytes()), "prev": None
+    }  # fmt: skip
+    assert entries[1] == {
+        "seq": 2, "file": second.name, "sha256": sha(second.read_bytes()), "prev": sha(lines[0])
+    }  # fmt: skip
+    assert all(line == canonical_json(entry) for line, entry in zip(lines, entries, strict=True))
+
+
+def test_an_existing_receipt_is_never_overwritten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = make_tree(tmp_path / "tree")
+    monkeypatch.setattr(receipts, "utc_stamp", lambda moment=None: "20250101T000000000000Z")
+    first = write(tmp_path / "receipts", root)
+    original = first.read_bytes()
+    with pytest.raises(Pp3Error, match=re.escape(first.name)):
+        write(tmp_path / "receipts", root, verdict="FAIL")
+    assert first.read_bytes() == original
+    assert len((tmp_path / "receipts" / "MANIFEST.jsonl").read_bytes().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("overrides", "kind", "fragment"),
+    [
+        ({}, "toy", "unknown receipt kind 'toy'"),
+        ({"verdict": "MAYBE"}, "probe", "verdict 'MAYBE'"),
+        ({"supersedes": [{"file": "x.json"}]}, "probe", "supersedes[0]"),
+        ({"data": {"p": math.nan}}, "probe", "$.predicate.data.p"),
+    ],
+)
+def test_write_receipt_refuses_bad_input(
+    tmp_path: Path, overrides: dict[str, object], kind: str, fragment: str
+) -> None:
+    root = make_tree(tmp_path / "tree")
+    arguments: dict[str, object] = {
+        "parameters": {}, "environment": {}, "data": {}, "verdict": "PASS", "root": root
+    }  # fmt: skip
+    arguments.update(overrides)
+    with pytest.raises(ValueError, match=re.escape(fragment)):
+        write_receipt(tmp_path / "receipts", kind, **arguments)  # type: ignore[arg-type]
+    assert not list((tmp_path / "receipts").glob("*.json"))
+
+
+def test_register_kind_validates_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(receipts, "RECEIPT_KINDS", set(receipts.RECEIPT_KINDS))
+    assert receipts.register_kind("toy-kind") == "toy-kind" and "toy-kind" in receipts.RECEIPT_KINDS
+    with pytest.raises(ValueError, match="Bad_Kind"):
+        receipts.register_kind("Bad_Kind")

@@ -1,0 +1,325 @@
+"""verify-receipts: every kind of tampering FAILs, moved sources are STALE (FAIL if --strict)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from pp3cli import receipts, verify
+from pp3cli.cli import app
+from pp3cli.errors import Pp3Error
+from pp3cli.receipts import canonical_json, manifest_line, write_receipt
+from pp3cli.verify import FAIL, OK, STALE, Result, register_recomputer, verify_receipts
+
+TOY = "toy"
+
+
+def make_tree(root: Path) -> Path:
+    (root / "pp3cli").mkdir(parents=True)
+    (root / "kernels").mkdir()
+    (root / "pp3cli" / "logic.py").write_text("# logic\n")
+    (root / "kernels" / "selector.py").write_text("# selector\n")
+    (root / "pyproject.toml").write_text("[project]\n")
+    return root
+
+
+def toy_verdict(predicate: Mapping[str, Any]) -> str:
+    """The toy law: PASS iff the observed count is at most the threshold."""
+    data = predicate["data"]
+    return "PASS" if data["count"] <= predicate["parameters"]["threshold"] else "FAIL"
+
+
+@pytest.fixture
+def toy_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(receipts, "RECEIPT_KINDS", receipts.RECEIPT_KINDS | {TOY})
+    monkeypatch.setattr(verify, "_RECOMPUTERS", {})
+    register_recomputer(TOY)(toy_verdict)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    return make_tree(tmp_path / "tree")
+
+
+@pytest.fixture
+def written(tmp_path: Path, tree: Path, toy_kind: None) -> list[Path]:
+    """Three honest toy receipts: PASS, FAIL, PASS."""
+    folder = tmp_path / "receipts"
+    return [
+        write_receipt(
+            folder,
+            TOY,
+            parameters={"threshold": 5},
+            environment={"gpu_name": None},
+            data={"count": count},
+            verdict=verdict,
+            root=tree,
+            argv=["pp3", "toy"],
+        )
+        for count, verdict in ((3, "PASS"), (9, "FAIL"), (5, "PASS"))
+    ]
+
+
+def statuses(results: list[Result]) -> dict[str, str]:
+    return {result.file: result.status for result in results}
+
+
+def report(results: list[Result]) -> str:
+    return "\n".join(result.line() for result in results)
+
+
+def manifest_of(receipt: Path) -> Path:
+    return receipt.parent / "MANIFEST.jsonl"
+
+
+def rebuild_manifest(folder: Path) -> None:
+    """A forger's tidy-up: re-hash every listed file and re-chain the manifest."""
+    manifest = folder / "MANIFEST.jsonl"
+    files = [orjson.loads(line)["file"] for line in manifest.read_bytes().splitlines()]
+    prev = None
+    out = b""
+    for seq, name in enumerate(files, start=1):
+        digest = hashlib.sha256((folder / name).read_bytes()).hexdigest()
+        line = manifest_line(seq, name, digest, prev)
+        out += line + b"\n"
+        prev = hashlib.sha256(line).hexdigest()
+    manifest.write_bytes(out)
+
+
+def forge(receipt: Path, stored: bytes) -> None:
+    """Replace a receipt's bytes and keep the manifest chain consistent with them."""
+    receipt.write_bytes(stored)
+    rebuild_manifest(receipt.parent)
+
+
+def edit_statement(receipt: Path, change: Any) -> None:
+    """Apply ``change`` to the parsed statement and store it canonically, chain rebuilt."""
+    statement = orjson.loads(receipt.read_bytes())
+    change(statement)
+    forge(receipt, canonical_json(statement) + b"\n")
+
+
+def check(folder: Path, tree: Path, *, strict: bool = False) -> list[Result]:
+    return verify_receipts(folder, root=tree, strict=strict)
+
+
+def test_honest_receipts_are_ok(written: list[Path], tree: Path) -> None:
+    results = check(written[0].parent, tree, strict=True)
+    assert statuses(results) == {"MANIFEST.jsonl": OK, **{p.name: OK for p in written}}, report(
+        results
+    )
+    assert results[1].line() == f"OK: {written[0].name}"
+
+
+def test_empty_folder_has_nothing_to_verify(tmp_path: Path, tree: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    assert check(tmp_path / "empty", tree) == []
+    with pytest.raises(Pp3Error) as err:
+        check(tmp_path / "absent", tree)
+    assert err.value.exit_code == 2 and "absent" in str(err.value)
+
+
+def test_edited_byte_fails(written: list[Path], tree: Path) -> None:
+    stored = bytearray(written[1].read_bytes())
+    stored[stored.index(b'"count":9') + 8] = ord("2")
+    written[1].write_bytes(bytes(stored))
+    results = check(written[1].parent, tree)
+    assert statuses(results)[written[1].name] == FAIL, report(results)
+    assert "differs from the manifest" in report(results)
+    assert statuses(results)[written[0].name] == OK, report(results)
+
+
+def test_deleted_manifest_line_fails(written: list[Path], tree: Path) -> None:
+    manifest = manifest_of(written[0])
+    lines = manifest.read_bytes().splitlines(keepends=True)
+    manifest.write_bytes(lines[0] + lines[2])
+    results = check(written[0].parent, tree)
+    found = statuses(results)
+    assert found[written[1].name] == FAIL and found[written[2].name] == FAIL, report(results)
+    assert found["MANIFEST.jsonl"] == FAIL and "not in the manifest" in report(results)
+    assert "seq 3, expected 2" in report(results)
+
+
+def test_reordered_manifest_lines_fail(written: list[Path], tree: Path) -> None:
+    manifest = manifest_of(written[0])
+    lines = manifest.read_bytes().splitlines(keepends=True)
+    manifest.write_bytes(lines[1] + lines[0] + lines[2])
+    results = check(written[0].parent, tree)
+    found = statuses(results)
+    assert found["MANIFEST.jsonl"] == FAIL, report(results)
+    assert all(found[p.name] == FAIL for p in written), report(results)
+
+
+def test_replaced_manifest_line_fails(written: list[Path], tree: Path) -> None:
+    manifest = manifest_of(written[0])
+    lines = manifest.read_bytes().splitlines(keepends=True)
+    entry = orjson.loads(lines[0])
+    entry["sha256"] = "0" * 64  # a canonical, well-formed, but different line
+    manifest.write_bytes(canonical_json(entry) + b"\n" + lines[1] + lines[2])
+    results = check(written[0].parent, tree)
+    found = statuses(results)
+    assert found[written[0].name] == FAIL and found[written[1].name] == FAIL, report(results)
+    assert "chain is broken" in report(results)
+
+
+def test_unlisted_receipt_fails(written: list[Path], tree: Path) -> None:
+    stray = written[0].parent / "toy-20990101T000000000000Z.json"
+    stray.write_bytes(written[0].read_bytes())
+    results = check(written[0].parent, tree)
+    assert statuses(results)[stray.name] == FAIL, report(results)
+    assert f"FAIL: {stray.name} — not in the manifest" in report(results)
+
+
+def test_duplicate_key_fails_even_with_a_consistent_chain(written: list[Path], tree: Path) -> None:
+    stored = written[0].read_bytes()
+    forge(written[0], stored.replace(b'"count":3', b'"count":3,"count":99', 1))
+    results = check(written[0].parent, tree)
+    assert statuses(results)[written[0].name] == FAIL and "duplicate key 'count'" in report(
+        results
+    ), report(results)
+
+
+def test_nan_fails_even_with_a_consistent_chain(written: list[Path], tree: Path) -> None:
+    stored = written[0].read_bytes()
+    forge(written[0], stored.replace(b'"count":3', b'"count":NaN', 1))
+    results = check(written[0].parent, tree)
+    assert statuses(results)[written[0].name] == FAIL and "non-finite number NaN" in report(
+        results
+    ), report(results)
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        (lambda s: s["predicate"].pop("verdict"), "missing ['verdict']"),
+        (lambda s: s.update(predicateType="https://pp3.dev/probe/v1"), "does not match kind"),
+        (lambda s: s["predicate"].update(schema_version=2), "schema_version 2"),
+        (lambda s: s["predicate"].update(argv="pp3 toy"), "predicate.argv is str"),
+        (lambda s: s.update(_type="https://in-toto.io/Statement/v0.1"), "_type"),
+        (lambda s: s["subject"][0]["digest"].update(sha256="f" * 64), "differs from predicate"),
+        (lambda s: s.update(subject=[]), "not in the subject"),
+        (lambda s: s["predicate"]["git"].update(dirty="yes"), "predicate.git"),
+    ],
+)
+def test_wrong_schema_fails(written: list[Path], tree: Path, change: Any, fragment: str) -> None:
+    edit_statement(written[0], change)
+    results = check(written[0].parent, tree)
+    assert statuses(results)[written[0].name] == FAIL and fragment in report(results), report(
+        results
+    )
+
+
+def test_verdict_not_implied_by_the_data_fails(written: list[Path], tree: Path) -> None:
+    edit_statement(written[0], lambda s: s["predicate"]["data"].update(count=6))
+    results = check(written[0].parent, tree)
+    assert statuses(results)[written[0].name] == FAIL, report(results)
+    assert "stored verdict PASS but the raw data imply FAIL" in report(results)
+
+
+def test_recomputer_that_raises_fails(written: list[Path], tree: Path) -> None:
+    edit_statement(written[0], lambda s: s["predicate"]["data"].pop("count"))
+    results = check(written[0].parent, tree)
+    assert statuses(results)[written[0].name] == FAIL and "KeyError" in report(results), report(
+        results
+    )
+
+
+def test_kind_without_recomputer_fails(
+    written: list[Path], tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(verify, "_RECOMPUTERS", {})
+    results = check(written[0].parent, tree)
+    assert all(statuses(results)[p.name] == FAIL for p in written), report(results)
+    assert "no recomputer for kind toy" in report(results)
+
+
+def test_recomputer_modules_are_imported_lazily(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    module = tmp_path / "pp3_toy_recomputer.py"
+    module.write_text(
+        "from pp3cli.verify import register_recomputer\n"
+        "@register_recomputer('lazy')\n"
+        "def lazy(predicate):\n    return 'PASS'\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(verify, "_RECOMPUTERS", {})
+    monkeypatch.setattr(verify, "RECOMPUTER_MODULES", ("pp3_toy_recomputer",))
+    recompute = verify.recomputer_for("lazy")
+    assert recompute is not None and recompute({}) == "PASS"
+
+
+def test_supersedes_must_reference_an_earlier_receipt_by_hash(
+    written: list[Path], tree: Path
+) -> None:
+    folder = written[0].parent
+    good = {
+        "file": written[0].name,
+        "sha256": hashlib.sha256(written[0].read_bytes()).hexdigest(),
+        "reason": "threshold corrected",
+    }
+    bad_hash = {**good, "sha256": "1" * 64}
+    missing = {**good, "file": "toy-20000101T000000000000Z.json"}
+    made = [
+        write_receipt(
+            folder, TOY, parameters={"threshold": 5}, environment={}, data={"count": 1},
+            verdict="PASS", supersedes=[reference], root=tree,
+        )
+        for reference in (good, bad_hash, missing)
+    ]  # fmt: skip
+    results = check(folder, tree)
+    found = statuses(results)
+    assert found[made[0].name] == OK, report(results)
+    assert found[made[1].name] == FAIL and f"with sha256 {'1' * 64}" in report(results)
+    assert found[made[2].name] == FAIL and "does not exist" in report(results)
+
+
+def test_changed_source_is_stale_and_fails_when_strict(written: list[Path], tree: Path) -> None:
+    (tree / "kernels" / "selector.py").write_text("# selector, improved\n")
+    results = check(written[0].parent, tree)
+    assert all(statuses(results)[p.name] == STALE for p in written), report(results)
+    assert f"STALE: {written[0].name} — sources moved on since: changed kernels/selector.py" in (
+        report(results)
+    )
+    strict = check(written[0].parent, tree, strict=True)
+    assert all(statuses(strict)[p.name] == FAIL for p in written), report(strict)
+
+
+def test_added_source_is_stale(written: list[Path], tree: Path) -> None:
+    (tree / "pp3cli" / "new.py").write_text("# new\n")
+    results = check(written[0].parent, tree)
+    assert statuses(results)[written[0].name] == STALE and "added pp3cli/new.py" in report(results)
+
+
+def invoke(args: list[str]) -> tuple[int, str]:
+    """Run the app; a Pp3Error maps to its exit code as the console entry point does."""
+    result = CliRunner().invoke(app, args)
+    if isinstance(result.exception, Pp3Error):
+        return result.exception.exit_code, result.output + str(result.exception)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.output
+
+
+def test_command_lines_json_and_exit_codes(written: list[Path], tree: Path) -> None:
+    folder = str(written[0].parent)
+    code, output = invoke(["--receipts", folder, "verify-receipts", "--source-root", str(tree)])
+    assert code == 0 and f"OK: {written[2].name}" in output, output
+    code, output = invoke(
+        ["--receipts", folder, "verify-receipts", "--json", "--source-root", str(tree)]
+    )
+    payload = orjson.loads(output.strip().splitlines()[0])
+    assert code == 0 and payload["counts"] == {"OK": 4, "STALE": 0, "FAIL": 0}, output
+    (tree / "kernels" / "selector.py").write_text("# moved on\n")
+    code, output = invoke(["--receipts", folder, "verify-receipts", "--source-root", str(tree)])
+    assert code == 0 and "STALE:" in output, output
+    code, output = invoke(
+        ["--receipts", folder, "verify-receipts", "--strict", "--source-root", str(tree)]
+    )
+    assert code == 1 and f"FAIL: {written[0].name} — sources moved on" in output, output
