@@ -1,0 +1,189 @@
+"""Exact rational chain law (pp3cli.exact): the lossless identity and its failure modes."""
+
+from __future__ import annotations
+
+import random
+from fractions import Fraction
+
+import pytest
+
+from pp3cli.exact import (
+    DraftRow,
+    accepted_length_law,
+    chain_law,
+    clipped_residual,
+    draft_law,
+    final_token_law,
+    identity_violations,
+    law_from_json,
+    law_sha256,
+    law_to_json,
+    lossless_identity,
+    parse_outcome_key,
+    slot_marginals,
+)
+
+C = 1 << 10
+
+
+def _random_target(rng: random.Random, vocab: int, zeros: int = 0) -> list[Fraction]:
+    weights = [rng.randint(1, 20) for _ in range(vocab)]
+    for index in rng.sample(range(vocab), zeros):
+        weights[index] = 0
+    total = sum(weights)
+    return [Fraction(w, total) for w in weights]
+
+
+def _random_draft(rng: random.Random, vocab: int, support: int) -> DraftRow:
+    ids = sorted(rng.sample(range(vocab), support))
+    cuts = sorted(rng.sample(range(1, C), support - 1))
+    counts = [b - a for a, b in zip([0, *cuts], [*cuts, C], strict=True)]
+    return DraftRow(tuple(ids), tuple(counts), C)
+
+
+def _point(token: int) -> DraftRow:
+    return DraftRow((token,), (C,), C)
+
+
+def _first_token_law(law: dict[tuple[int, ...], Fraction], vocab: int) -> list[Fraction]:
+    marginal = slot_marginals(law, 1)[0]
+    return [marginal.get(v, Fraction(0)) for v in range(vocab)]
+
+
+@pytest.mark.parametrize("case", range(12))
+def test_single_step_emits_exactly_p(case: int) -> None:
+    rng = random.Random(1000 + case)
+    vocab = rng.randint(2, 8)
+    p = _random_target(rng, vocab, zeros=rng.randint(0, vocab - 1))
+    bonus = _random_target(rng, vocab)
+    draft = _random_draft(rng, vocab, rng.randint(1, vocab))
+    law = chain_law([p, bonus], [draft])
+    assert sum(law.values()) == 1
+    assert _first_token_law(law, vocab) == p
+    assert lossless_identity(law, [p, bonus])
+
+
+def test_disjoint_support_always_rejects_and_emits_p() -> None:
+    p = [Fraction(1, 2), Fraction(1, 2), Fraction(0), Fraction(0)]
+    draft = DraftRow((2, 3), (C // 4, 3 * C // 4), C)
+    law = chain_law([p, p], [draft])
+    assert accepted_length_law(law) == {0: Fraction(1)}
+    assert law == {(0, 0): Fraction(1, 2), (0, 1): Fraction(1, 2)}
+
+
+def test_equal_q_always_accepts() -> None:
+    p = [Fraction(1, 4), Fraction(3, 4)]
+    bonus = [Fraction(1, 8), Fraction(7, 8)]
+    draft = DraftRow((0, 1), (C // 4, 3 * C // 4), C)
+    law = chain_law([p, bonus], [draft])
+    assert accepted_length_law(law) == {1: Fraction(1)}
+    assert law[(1, 1, 1)] == Fraction(3, 4) * Fraction(7, 8)
+
+
+def test_point_mass_draft() -> None:
+    p = [Fraction(1, 8), Fraction(5, 8), Fraction(2, 8)]
+    bonus = [Fraction(1, 3), Fraction(1, 3), Fraction(1, 3)]
+    law = chain_law([p, bonus], [_point(1)])
+    assert accepted_length_law(law) == {0: Fraction(3, 8), 1: Fraction(5, 8)}
+    # rejecting the point mass at 1 emits from (p - q)+ = p without token 1
+    assert law[(0, 0)] == Fraction(1, 8) and law[(0, 2)] == Fraction(2, 8)
+    assert (0, 1) not in law
+    assert _first_token_law(law, 3) == p
+
+
+def test_chain_marginals_and_identity() -> None:
+    rng = random.Random(7)
+    vocab, k = 5, 3
+    targets = [_random_target(rng, vocab, zeros=1) for _ in range(k + 1)]
+    drafts = [_random_draft(rng, vocab, rng.randint(1, vocab)) for _ in range(k)]
+    law = chain_law(targets, drafts)
+    assert sum(law.values()) == 1
+    assert all(len(key) == key[0] + 2 for key in law)
+    assert lossless_identity(law, targets)
+    marginals = slot_marginals(law, k + 1)
+    assert all(sum(m.values()) == 1 for m in marginals)
+    assert [marginals[0].get(v, 0) for v in range(vocab)] == targets[0]
+    # P(slot 1 emitted) = P(accept row 0) = sum min(p_0, q_0)
+    q0 = draft_law(drafts[0], vocab)
+    reach = sum((min(a, b) for a, b in zip(targets[0], q0, strict=True)), Fraction(0))
+    assert 1 - marginals[1].get(-1, Fraction(0)) == reach
+    # the emitted token at slot 1 has law reach * p_1 on tokens
+    assert [marginals[1].get(v, 0) for v in range(vocab)] == [reach * p for p in targets[1]]
+    lengths = accepted_length_law(law)
+    assert sum(lengths.values()) == 1
+    finals = final_token_law(law)
+    for a, prob in lengths.items():
+        assert sum(v for (aa, _), v in finals.items() if aa == a) == prob
+
+
+def test_invalidated_row_emits_target_and_stops() -> None:
+    rng = random.Random(3)
+    vocab, k = 4, 3
+    targets = [_random_target(rng, vocab) for _ in range(k + 1)]
+    drafts = [_random_draft(rng, vocab, 2) for _ in range(k)]
+    law = chain_law(targets, drafts, invalidated=[False, True, False])
+    assert max(accepted_length_law(law)) == 1
+    assert lossless_identity(law, targets)
+    assert sum(law.values()) == 1
+
+
+def test_wrong_residuals_break_the_identity() -> None:
+    p = [Fraction(1, 2), Fraction(1, 4), Fraction(1, 8), Fraction(1, 8)]
+    bonus = [Fraction(1, 4)] * 4
+    draft = DraftRow((0, 1, 2), (C // 4, C // 2, C // 4), C)
+    good = chain_law([p, bonus], [draft])
+    assert lossless_identity(good, [p, bonus])
+
+    def unclipped(pr: list[Fraction], qr: list[Fraction]) -> list[Fraction]:
+        return [abs(a - b) for a, b in zip(pr, qr, strict=True)]  # |p - q| instead of (p - q)+
+
+    def target_again(pr: list[Fraction], qr: list[Fraction]) -> list[Fraction]:
+        return list(pr)  # resample from p on rejection
+
+    for rule in (unclipped, target_again):
+        bad = chain_law([p, bonus], [draft], residual=rule)
+        assert sum(bad.values()) == 1
+        assert not lossless_identity(bad, [p, bonus])
+        assert identity_violations(bad, [p, bonus])[0].startswith("slot 0")
+    assert chain_law([p, bonus], [draft], residual=clipped_residual) == good
+
+
+def test_identity_catches_wrong_bonus_row() -> None:
+    p0 = [Fraction(1, 2), Fraction(1, 2)]
+    p1 = [Fraction(1, 4), Fraction(3, 4)]
+    law = chain_law([p0, p1], [_point(0)])
+    assert not lossless_identity(law, [p0, p0])  # bonus judged against the wrong row
+
+
+def test_validation_names_the_problem() -> None:
+    p = [Fraction(1, 2), Fraction(1, 2)]
+    with pytest.raises(ValueError, match="sums to 3/4"):
+        chain_law([[Fraction(1, 4), Fraction(1, 2)], p], [_point(0)])
+    with pytest.raises(ValueError, match="sum to 1000"):
+        chain_law([p, p], [DraftRow((0, 1), (500, 500), C)])
+    with pytest.raises(ValueError, match="appears twice"):
+        chain_law([p, p], [DraftRow((0, 0), (512, 512), C)])
+    with pytest.raises(ValueError, match="power of two"):
+        chain_law([p, p], [DraftRow((0,), (1000,), 1000)])
+    with pytest.raises(ValueError, match="expected 0 <= id < V"):
+        chain_law([p, p], [DraftRow((5,), (C,), C)])
+    with pytest.raises(ValueError, match="K = 1"):
+        chain_law([p, p], [])
+    # padding entries are fine
+    assert chain_law([p, p], [DraftRow((0, -1), (C, 0), C)]) == chain_law([p, p], [_point(0)])
+
+
+def test_law_json_round_trip_and_hash() -> None:
+    rng = random.Random(5)
+    targets = [_random_target(rng, 4) for _ in range(3)]
+    drafts = [_random_draft(rng, 4, 3) for _ in range(2)]
+    law = chain_law(targets, drafts)
+    data = law_to_json(law)
+    assert law_from_json(data) == law
+    assert law_sha256(law) == law_sha256(law_from_json(data))
+    changed = dict(law)
+    key = next(iter(changed))
+    changed[key] += Fraction(1, 10**9)
+    assert law_sha256(changed) != law_sha256(law)
+    with pytest.raises(ValueError, match="a \\+ 1 tokens"):
+        parse_outcome_key("2|1,2")

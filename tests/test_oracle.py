@@ -1,0 +1,247 @@
+"""pp3 oracle: exact law of the quantised draft counts vs sampled verifier outputs."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pp3kernels
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from pp3cli.cli import app
+from pp3cli.errors import UsageProblem
+from pp3cli.exact import chain_law, lossless_identity
+from pp3cli.oracle import (
+    DENOMINATOR,
+    MALFORMED,
+    POLICIES,
+    judge,
+    recompute_verdict,
+    run_oracle,
+    targets,
+)
+
+N_CPU = 1500
+
+
+def test_targets_and_policies_are_well_formed() -> None:
+    rows = targets()
+    assert all(sum(row) == 1 for row in rows)
+    assert all(p.denominator <= 64 for row in rows for p in row)  # dyadic, multiples of 1/64
+    assert len(POLICIES) == 4 and len({p.name for p in POLICIES}) == 4
+    k, vocab = len(rows) - 1, len(rows[0])
+    for policy in POLICIES:
+        assert len(policy.rows) == k and len(policy.invalidated) == k
+        for row in policy.rows:
+            assert len(row) == vocab and abs(sum(row) - 1) < 1e-12 and min(row) >= 0
+    off = next(p for p in POLICIES if p.name == "off-support")
+    assert any(off.rows[i][v] > 0 and rows[i][v] == 0 for i in range(k) for v in range(vocab))
+    point = next(p for p in POLICIES if p.name == "point-mass")
+    assert all(sorted(row)[-1] == 1.0 for row in point.rows)
+
+
+@pytest.fixture(scope="module")
+def reference_run() -> dict[str, Any]:
+    return run_oracle("cpu", N_CPU, 11, "reference")
+
+
+def _predicate(result: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(result))  # as stored: plain JSON types only
+
+
+def test_reference_verifier_passes(reference_run: dict[str, Any]) -> None:
+    assert reference_run["verdict"] == "PASS", reference_run["data"]["family"]
+    assert reference_run["parameters"]["verifier"] == "reference"
+    for member in reference_run["data"]["policies"]:
+        assert member["identity"], member["identity_violations"]
+        assert member["malformed"] == 0
+        assert member["member"]["impossible_hits"] == 0
+        assert sum(member["counts"].values()) == N_CPU
+        assert member["status_counts"] == {"0": N_CPU}
+        assert member["member"]["df"] >= 10
+    # the invalidated row of flattened-truncated is never passed: a <= 2
+    flat = next(m for m in reference_run["data"]["policies"] if m["name"] == "flattened-truncated")
+    assert max(int(key.split("|")[0]) for key in flat["law"]) == 2
+
+
+def test_exact_law_matches_the_quantised_counts(reference_run: dict[str, Any]) -> None:
+    """The stored law is the exact law of the GPU-emitted integer counts, and it is lossless."""
+    for member, policy in zip(reference_run["data"]["policies"], POLICIES, strict=True):
+        probs = torch.tensor(policy.rows, dtype=torch.float32)
+        ids, counts = pp3kernels.quantise_q(probs, DENOMINATOR)
+        assert member["q_ids"] == ids.tolist() and member["q_counts"] == counts.tolist()
+        assert all(sum(row) == DENOMINATOR for row in member["q_counts"])
+        law = {key: Fraction(v) for key, v in member["law"].items()}
+        assert sum(law.values()) == 1
+
+
+def test_recomputer_agrees_and_ignores_stored_statistics(reference_run: dict[str, Any]) -> None:
+    predicate = _predicate(reference_run)
+    assert recompute_verdict(predicate) == "PASS"
+    fake = copy.deepcopy(predicate)
+    for member in fake["data"]["policies"]:
+        member["member"]["p_value"] = 0.0
+        member["member"]["failed_outright"] = True
+    fake["data"]["family"]["passed"] = False
+    assert recompute_verdict(fake) == "PASS"  # only raw counts and the exact law count
+
+
+def test_recomputer_catches_tampering(reference_run: dict[str, Any]) -> None:
+    base = _predicate(reference_run)
+
+    impossible = copy.deepcopy(base)
+    impossible["data"]["policies"][1]["counts"]["0|7"] = 1  # p_0(7) = 0
+    impossible["data"]["policies"][1]["n"] = N_CPU + 1
+    impossible["parameters"]["n_per_policy"] = N_CPU + 1
+    assert recompute_verdict(impossible) == "FAIL"
+
+    malformed = copy.deepcopy(base)
+    malformed["data"]["policies"][0]["malformed"] = 1
+    assert recompute_verdict(malformed) == "FAIL"  # counts no longer add up to n
+
+    law = copy.deepcopy(base)
+    key = next(iter(law["data"]["policies"][2]["law"]))
+    law["data"]["policies"][2]["law"][key] = "1/3"
+    assert recompute_verdict(law) == "FAIL"
+
+    counts = copy.deepcopy(base)
+    sharpened = counts["data"]["policies"][1]
+    assert sharpened["name"] == "sharpened" and sharpened["q_ids"][0][4] == 4
+    # token 4 has q < p, so one count more changes min(p, q) and the law
+    sharpened["q_counts"][0][0] -= 1
+    sharpened["q_counts"][0][4] += 1
+    assert recompute_verdict(counts) == "FAIL"  # law hash no longer matches the counts
+
+    skewed = copy.deepcopy(base)
+    member = skewed["data"]["policies"][3]
+    top = max(member["counts"], key=member["counts"].get)
+    moved = member["counts"][top] // 2
+    member["counts"][top] -= moved
+    low = min(member["counts"], key=member["counts"].get)
+    member["counts"][low] += moved
+    assert recompute_verdict(skewed) == "FAIL"
+
+
+def test_judge_uses_the_stored_target() -> None:
+    """Counts that fit the true law perfectly fail when judged against another target."""
+    rows = targets()
+    assert lossless_identity(chain_law(rows[-1:], []), rows[-1:])  # K = 0: just p_K
+    law = chain_law(rows, [_point(1), _point(2), _point(5)])
+    counts = {_key(k): round(p * 100_000) for k, p in law.items() if round(p * 100_000)}
+    member: dict[str, Any] = {
+        "name": "point",
+        "q_ids": [[1], [2], [5]],
+        "q_counts": [[DENOMINATOR], [DENOMINATOR], [DENOMINATOR]],
+        "denominator": DENOMINATOR,
+        "invalidated": [False, False, False],
+        "counts": counts,
+        "malformed": 0,
+        "n": sum(counts.values()),
+    }
+    results, violations, family, verdict = judge(rows, [member], 1e-5)
+    assert verdict == "PASS" and not violations[0] and results[0].p_value > 0.99
+    wrong_target = [rows[0], rows[1], rows[2], rows[2]]  # bonus row replaced by row 2
+    results, violations, family, verdict = judge(wrong_target, [member], 1e-5)
+    assert verdict == "FAIL" and not violations[0]
+    assert results[0].failed_outright  # row 2 puts 0 on token 3, where p_3 has mass
+    assert family["rejected"] == ["point"]
+
+
+def _point(token: int) -> Any:
+    from pp3cli.exact import DraftRow
+
+    return DraftRow((token,), (DENOMINATOR,), DENOMINATOR)
+
+
+def _key(key: tuple[int, ...]) -> str:
+    from pp3cli.exact import outcome_key
+
+    return outcome_key(key)
+
+
+@pytest.mark.parametrize("defect", ["accept_ge", "unclipped_residual", "bonus_wrong_row"])
+def test_planted_defects_fail(defect: str) -> None:
+    verifier = functools.partial(pp3kernels.reference_verify_chain, defect=defect)
+    result = run_oracle("cpu", 1200, 5, verifier)
+    assert result["verdict"] == "FAIL"
+    assert result["data"]["family"]["rejected"]
+
+
+def test_selector_in_interpreter_passes() -> None:
+    from pp3kernels.selector import verify_chain
+
+    result = run_oracle("cpu", 600, 3, verify_chain)
+    assert result["verdict"] == "PASS", result["data"]["family"]
+    assert all(m["malformed"] == 0 for m in result["data"]["policies"])
+
+
+def test_malformed_rows_are_impossible() -> None:
+    """A verifier that emits an accepted token different from its draft fails outright."""
+
+    def swaps_prefix(*args: Any, **kwargs: Any) -> Any:
+        result = pp3kernels.reference_verify_chain(*args, **kwargs)
+        tokens = result.tokens.clone()
+        hit = result.accepted >= 1
+        tokens[hit, 0] = (tokens[hit, 0] + 1) % 8
+        return result._replace(tokens=tokens)
+
+    result = run_oracle("cpu", 500, 2, swaps_prefix)
+    assert result["verdict"] == "FAIL"
+    policies = result["data"]["policies"]
+    assert sum(m["malformed"] for m in policies) > 0
+    assert any(m["member"]["failed_outright"] for m in policies)
+    assert MALFORMED == "malformed"
+
+
+def test_oracle_command_writes_a_verifiable_receipt(tmp_path: Path) -> None:
+    receipts = tmp_path / "receipts"
+    runner = CliRunner()
+    outcome = runner.invoke(
+        app,
+        [
+            "--scratch",
+            str(tmp_path / "scratch"),
+            "--receipts",
+            str(receipts),
+            "oracle",
+            "--n",
+            "300",
+            "--device",
+            "cpu",
+            "--verifier",
+            "reference",
+            "--json",
+            "--threads",
+            "2",
+        ],
+    )
+    assert outcome.exit_code == 0, outcome.output
+    written = sorted(receipts.glob("oracle-*.json"))
+    assert len(written) == 1
+    statement = json.loads(written[0].read_bytes())
+    assert statement["predicate"]["verdict"] == "PASS"
+    assert recompute_verdict(statement["predicate"]) == "PASS"
+
+
+def test_oracle_command_rejects_bad_options(tmp_path: Path) -> None:
+    runner = CliRunner()
+    outcome = runner.invoke(
+        app, ["--scratch", str(tmp_path), "oracle", "--n", "0", "--device", "cpu"]
+    )
+    assert isinstance(outcome.exception, UsageProblem), outcome.output
+    assert outcome.exception.exit_code == 2
+    assert "--n 0" in str(outcome.exception)
+
+
+@pytest.mark.gpu
+def test_selector_on_gpu_passes_full_size() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (torch.cuda.is_available() is False)")
+    result = run_oracle("cuda", 200_000, 0, "selector")
+    assert result["verdict"] == "PASS", result["data"]["family"]

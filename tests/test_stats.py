@@ -1,0 +1,212 @@
+"""Calibration, power and bookkeeping of pp3cli.stats (G-test, pooling, Holm, power)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from scipy.stats import binom
+
+from pp3cli.stats import (
+    MemberResult,
+    g_test,
+    holm,
+    noncentrality_for_power,
+    pool_cells,
+    power_of,
+    samples_for_tv,
+)
+
+# A 12-outcome law with a small tail (denominator 128).
+LAW12 = [Fraction(k, 128) for k in (1, 1, 2, 3, 5, 8, 13, 21, 30, 20, 14, 10)]
+# A 16-outcome law whose first 8 outcomes hold exactly half the mass (denominator 64).
+LAW16 = [Fraction(k, 64) for k in (1, 2, 3, 4, 5, 6, 5, 6, 6, 5, 6, 5, 4, 3, 2, 1)]
+
+
+def _floats(law: list[Fraction]) -> np.ndarray:
+    return np.array([float(p) for p in law])
+
+
+def test_laws_are_exact() -> None:
+    assert sum(LAW12) == 1
+    assert sum(LAW16) == 1
+    assert sum(LAW16[:8]) == Fraction(1, 2)
+
+
+def test_pooling_rule_on_known_example() -> None:
+    law = [Fraction(1, 100), Fraction(0), Fraction(2, 100), Fraction(1, 100), Fraction(96, 100)]
+    pooling = pool_cells(law, n=1000, min_expected=20.0)
+    # sorted positives: idx0 (.01), idx3 (.01), idx2 (.02), idx4 (.96)
+    # cell 1: idx0+idx3 -> 20 >= 20 closes; cell 2: idx2 = 20 closes; cell 3: idx4.
+    assert pooling.impossible == (1,)
+    assert pooling.groups == ((0, 3), (2,), (4,))
+    assert pooling.probs == (Fraction(2, 100), Fraction(2, 100), Fraction(96, 100))
+    assert sum(pooling.probs) == 1
+
+
+def test_pooling_remainder_joins_previous_cell() -> None:
+    law = [Fraction(1, 2), Fraction(1, 2)]
+    # n * 1/2 = 15 < 20: idx0 alone stays open, joins idx1 -> one cell
+    assert pool_cells(law, n=30).groups == ((0, 1),)
+    # largest-last remainder: [.3 .3 .4] at n=50 -> 15, 30 (closed at idx1), 20 closes
+    law3 = [Fraction(3, 10), Fraction(3, 10), Fraction(4, 10)]
+    assert pool_cells(law3, n=50).groups == ((0, 1), (2,))
+    # [.05, .95] at n=100: idx0 = 5 open, +idx1 closes -> one cell
+    law4 = [Fraction(1, 20), Fraction(19, 20)]
+    assert pool_cells(law4, n=100).groups == ((0, 1),)
+    # remainder case: [.45, .45, .1] at n=100: .1 -> 10, +.45 -> 55 closes, .45 -> 45 closes
+    law5 = [Fraction(45, 100), Fraction(45, 100), Fraction(10, 100)]
+    assert pool_cells(law5, n=100).groups == ((0, 2), (1,))
+
+
+def test_pooling_every_cell_meets_threshold() -> None:
+    rng = np.random.default_rng(11)
+    weights = rng.integers(0, 50, size=40)
+    weights[weights < 5] = 0
+    law = [Fraction(int(w), int(weights.sum())) for w in weights]
+    for n in (100, 1000, 100000):
+        pooling = pool_cells(law, n)
+        if len(pooling.groups) > 1:
+            assert all(n * p >= 20 for p in pooling.probs)
+        covered = sorted(i for group in pooling.groups for i in group)
+        assert covered == [i for i, p in enumerate(law) if p > 0]
+        assert pooling.impossible == tuple(i for i, p in enumerate(law) if p == 0)
+
+
+def test_pooling_rejects_bad_laws() -> None:
+    with pytest.raises(ValueError, match="sum to"):
+        pool_cells([Fraction(1, 2), Fraction(1, 3)], 100)
+    with pytest.raises(ValueError, match=">= 0"):
+        pool_cells([Fraction(3, 2), Fraction(-1, 2)], 100)
+    with pytest.raises(ValueError, match="positive"):
+        pool_cells([Fraction(1)], 0)
+
+
+def test_g_statistic_matches_hand_computation() -> None:
+    law = [Fraction(1, 4), Fraction(1, 4), Fraction(1, 2)]
+    result = g_test("hand", [30, 20, 50], law)
+    expected = 2 * (30 * np.log(30 / 25) + 20 * np.log(20 / 25) + 50 * np.log(50 / 50))
+    assert result.statistic == pytest.approx(expected, rel=1e-12)
+    assert result.df == 2
+    assert result.cells == 3
+    assert not result.failed_outright
+
+
+def test_calibration_false_rejection_rate() -> None:
+    """(a) Correct samples are rejected at rate alpha, within a 1 - 1e-6 binomial band."""
+    rng = np.random.default_rng(20240601)
+    runs, n, alpha = 2000, 2000, 0.01
+    samples = rng.multinomial(n, _floats(LAW12), size=runs)
+    pvals = [g_test("cal", row.tolist(), LAW12).p_value for row in samples]
+    rejections = sum(p <= alpha for p in pvals)
+    low, high = binom.interval(1 - 1e-6, runs, alpha)
+    assert low <= rejections <= high, f"{rejections} rejections of {runs}, band [{low}, {high}]"
+    # the p-values are roughly uniform: mean near 1/2
+    assert 0.45 < float(np.mean(pvals)) < 0.55
+
+
+def test_planted_deviation_is_detected_with_stated_power() -> None:
+    """(b) A worst-case TV-eps deviation sized by samples_for_tv is rejected >= 95%."""
+    eps, alpha, df = 0.05, 1e-3, len(LAW16) - 1
+    n = samples_for_tv(eps, df, alpha, 0.99)
+    assert sorted(pool_cells(LAW16, n).groups) == [(i,) for i in range(16)]  # df is really 15
+    p = _floats(LAW16)
+    q = p.copy()
+    q[:8] *= 1 + 2 * eps
+    q[8:] *= 1 - 2 * eps
+    assert abs(0.5 * np.abs(q - p).sum() - eps) < 1e-12
+    rng = np.random.default_rng(7)
+    samples = rng.multinomial(n, q / q.sum(), size=200)
+    rejected = sum(g_test("planted", row.tolist(), LAW16).p_value <= alpha for row in samples)
+    assert rejected >= 190, f"only {rejected}/200 rejected at n={n}"
+    # and the same n with no deviation is not rejected more than a handful of times
+    clean = rng.multinomial(n, p, size=200)
+    assert sum(g_test("clean", row.tolist(), LAW16).p_value <= alpha for row in clean) <= 3
+
+
+def test_impossible_outcome_fails_outright() -> None:
+    """(c) One sample on a probability-0 outcome fails the member whatever its p-value."""
+    law = [Fraction(1, 2), Fraction(0), Fraction(1, 2)]
+    result = g_test("imp", [5000, 1, 5000], law)
+    assert result.impossible_hits == 1
+    assert result.failed_outright
+    assert result.p_value > 0.5  # the possible cells fit perfectly
+    verdict = holm([result], alpha=1e-5)
+    assert not verdict.passed
+    assert verdict.rejected == ("imp",)
+    assert verdict.adjusted["imp"] == 0.0
+
+
+def test_missing_cell_drives_p_below_alpha() -> None:
+    """(d) A pooled cell that expects >= 20 but observes 0 is detected."""
+    law = [Fraction(1, 50)] + [Fraction(49, 50 * 7)] * 7
+    n = 1000  # outcome 0 expects exactly 20
+    observed = [0] + [143] * 6 + [142]
+    assert sum(observed) == n
+    assert pool_cells(law, n).groups[0] == (0,)
+    result = g_test("missing", observed, law)
+    assert result.p_value < 1e-5
+    assert not result.failed_outright
+
+
+def test_single_cell_has_p_one_but_impossible_still_fails() -> None:
+    law = [Fraction(1, 2), Fraction(1, 2), Fraction(0)]
+    ok = g_test("one", [3, 4, 0], law)
+    assert (ok.df, ok.p_value, ok.cells) == (0, 1.0, 1)
+    bad = g_test("one-bad", [3, 4, 1], law)
+    assert bad.df == 0 and bad.p_value == 1.0 and bad.failed_outright
+
+
+def _member(name: str, p: float) -> MemberResult:
+    return MemberResult(name, 100, 1.0, 3, p, 0, False, 4)
+
+
+def test_holm_known_example() -> None:
+    """(e) Holm on four p-values: adjusted = running max of (m - rank) p."""
+    members = [_member("a", 0.01), _member("b", 0.04), _member("c", 0.03), _member("d", 0.005)]
+    verdict = holm(members, alpha=0.05)
+    # sorted: d .005*4=.02, a .01*3=.03, c .03*2=.06, b .04*1=.04 -> max .06
+    assert verdict.adjusted == pytest.approx({"a": 0.03, "b": 0.06, "c": 0.06, "d": 0.02})
+    assert verdict.rejected == ("a", "d")
+    assert not verdict.passed
+    assert holm(members, alpha=0.01).rejected == ()
+    assert holm(members, alpha=0.01).passed
+    assert set(verdict.to_json()) == {"alpha", "passed", "rejected", "adjusted"}
+
+
+def test_holm_outright_failure_is_rejected_regardless_of_p() -> None:
+    failed = MemberResult("x", 100, 0.0, 3, 0.99, 2, True, 4)
+    verdict = holm([failed, _member("y", 0.9)], alpha=1e-5)
+    assert verdict.rejected == ("x",)
+    assert verdict.adjusted["y"] == pytest.approx(0.9)
+
+
+def test_holm_rejects_duplicate_names() -> None:
+    with pytest.raises(ValueError, match="not unique"):
+        holm([_member("a", 0.1), _member("a", 0.2)], alpha=0.01)
+
+
+def test_sample_sizes_match_design_doc() -> None:
+    """(f) DESIGN.md: ~180K samples for eps 1e-2 and ~18M for 1e-3 (df 15, alpha 1e-5)."""
+    n2 = samples_for_tv(1e-2, 15, 1e-5, 0.99)
+    n3 = samples_for_tv(1e-3, 15, 1e-5, 0.99)
+    assert abs(n2 - 180_000) / 180_000 < 0.15, n2
+    assert abs(n3 - 18_000_000) / 18_000_000 < 0.15, n3
+    assert power_of(n2, 1e-2, 15, 1e-5) == pytest.approx(0.99, abs=1e-4)
+    assert power_of(n2 // 4, 1e-2, 15, 1e-5) < 0.5
+
+
+def test_noncentrality_is_monotone_and_validated() -> None:
+    lam = [noncentrality_for_power(10, 1e-3, power) for power in (0.5, 0.9, 0.99)]
+    assert lam[0] < lam[1] < lam[2]
+    with pytest.raises(ValueError, match="power"):
+        noncentrality_for_power(10, 0.1, 0.05)
+    with pytest.raises(ValueError, match="df"):
+        noncentrality_for_power(0, 0.1, 0.5)
+
+
+def test_member_json_round_trip() -> None:
+    result = g_test("j", [30, 20, 50], [Fraction(1, 4), Fraction(1, 4), Fraction(1, 2)])
+    data = result.to_json()
+    assert MemberResult(**data) == result
