@@ -1,0 +1,233 @@
+"""run_qualification on the smoke profile: the reference passes, every planted defect fails,
+a wrong law / missing cell / impossible outcome fail, and tampered counts are detected."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import os
+import subprocess
+import sys
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from pp3kernels.reference import DEFECTS, reference_verify_chain
+
+from pp3cli.qualify import (
+    PROFILES,
+    QualificationReport,
+    count_members,
+    frac_from_text,
+    frac_text,
+    greedy_reference,
+    member_laws,
+    plan_samples,
+    recompute_qualification,
+    run_battery,
+    run_qualification,
+)
+from pp3cli.stats import g_test, holm, power_of
+from pp3cli.targets import TARGETS, target_by_name
+from pp3cli.verify import recomputer_for
+
+SMOKE = PROFILES["smoke"]
+ALPHA = 1e-5
+
+
+@pytest.fixture(scope="module")
+def reference_report() -> QualificationReport:
+    return run_qualification(SMOKE, verifier=reference_verify_chain, device="cpu", seed=3)
+
+
+def _predicate(report: QualificationReport) -> dict[str, Any]:
+    return {"data": report.to_json(), "parameters": {"alpha": ALPHA}, "verdict": report.verdict}
+
+
+def test_reference_passes_smoke(reference_report: QualificationReport) -> None:
+    assert reference_report.family.passed, reference_report.family.rejected
+    assert reference_report.greedy.mismatches == 0, reference_report.greedy.examples
+    assert all(e.passed for e in reference_report.edge), reference_report.edge
+    assert reference_report.verdict == "PASS"
+    assert len(reference_report.members) == sum(t.k + 3 for t in TARGETS)
+
+
+@pytest.mark.parametrize("defect", DEFECTS)
+def test_each_defect_fails_smoke(defect: str) -> None:
+    """The control battery (stopping at its first failing part) catches every defect."""
+    bad = functools.partial(reference_verify_chain, defect=defect)
+    members, family, greedy, edge = run_battery(
+        SMOKE.requests or 0,
+        SMOKE.n_greedy,
+        verifier=bad,
+        device=torch.device("cpu"),
+        seed=3,
+        profile=SMOKE,
+        alpha=ALPHA,
+        targets=TARGETS,
+        progress=None,
+        stop_at_failure=True,
+    )
+    failed = not family.passed or greedy.mismatches > 0 or not all(e.passed for e in edge)
+    assert failed, f"control {defect} passed the smoke battery"
+
+
+def test_a_passing_control_fails_the_run(reference_report: QualificationReport) -> None:
+    """A 'control' that is in fact correct passes, so the run's verdict must be FAIL."""
+    report = run_qualification(
+        SMOKE,
+        verifier=reference_verify_chain,
+        device="cpu",
+        seed=3,
+        n_greedy=200,
+        controls={"not_a_defect": reference_verify_chain},
+    )
+    assert report.family.passed and not report.controls[0].failed
+    assert report.verdict == "FAIL"
+    verdict, problems = recompute_qualification(_predicate(report))
+    assert verdict == "FAIL" and not problems
+
+
+def _judge(entries: list[dict[str, Any]]) -> bool:
+    results = [
+        g_test(e["name"], e["observed"], [frac_from_text(p) for p in e["exact"]]) for e in entries
+    ]
+    return holm(results, ALPHA).passed
+
+
+def test_wrong_law_fails(reference_report: QualificationReport) -> None:
+    entries = [m.to_json() for m in reference_report.members]
+    assert _judge(entries)
+    target = next(e for e in entries if e["name"] == "point_mass_positions/slot1")
+    probs = [frac_from_text(p) for p in target["exact"]]
+    probs[0], probs[1] = probs[1], probs[0]  # the law of a mixed-up position
+    target["exact"] = [frac_text(p) for p in probs]
+    assert not _judge(entries)
+
+
+def test_missing_cell_fails(reference_report: QualificationReport) -> None:
+    entries = [m.to_json() for m in reference_report.members]
+    target = next(e for e in entries if e["name"] == "sparse_tails/slot0")
+    counts = target["observed"]
+    heaviest = int(np.argmax(counts))
+    counts[heaviest + 1] += counts[heaviest]  # one pooled cell never observed
+    counts[heaviest] = 0
+    assert not _judge(entries)
+
+
+def test_impossible_outcome_fails(reference_report: QualificationReport) -> None:
+    entries = [m.to_json() for m in reference_report.members]
+    target = next(e for e in entries if e["name"] == "point_mass_positions/joint")
+    impossible = next(i for i, p in enumerate(target["exact"]) if p == "0/1")
+    donor = int(np.argmax(target["observed"]))
+    target["observed"][donor] -= 1
+    target["observed"][impossible] += 1
+    assert not _judge(entries)
+
+
+def test_recomputer_accepts_the_receipt_and_detects_tampering(
+    reference_report: QualificationReport,
+) -> None:
+    predicate = _predicate(reference_report)
+    recompute = recomputer_for("qualification")
+    assert recompute is not None
+    assert recompute(predicate) == "PASS"
+    tampered = copy.deepcopy(predicate)
+    member = tampered["data"]["members"][4]
+    donor = int(np.argmax(member["observed"]))
+    member["observed"][donor] -= 1  # one count moved: n unchanged, statistic changed
+    member["observed"][(donor + 1) % (len(member["observed"]) - 1)] += 1
+    verdict, problems = recompute_qualification(tampered)
+    assert verdict == "FAIL" and any("statistic" in p for p in problems), problems
+    assert recompute(tampered) == "FAIL"
+    flipped = copy.deepcopy(predicate)
+    flipped["data"]["greedy"]["mismatches"] = 1
+    assert recompute(flipped) == "FAIL"
+    negative = copy.deepcopy(predicate)
+    negative["data"]["members"][0]["observed"][0] = -1
+    assert recompute(negative) == "FAIL"
+
+
+def test_member_laws_known_values() -> None:
+    target = target_by_name("point_mass_positions")  # beta_i = 3/4, no invalidation
+    laws = {law.name.split("/")[1]: law.probs for law in member_laws(target, 10)}
+    quarter = Fraction(1, 4)
+    assert laws["accepted"][:5] == (
+        quarter,
+        Fraction(3, 4) * quarter,
+        Fraction(9, 16) * quarter,
+        Fraction(27, 64) * quarter,
+        Fraction(81, 256),
+    )
+    # rejecting a point-mass draft never emits the drafted token
+    assert laws["joint"][0] == 0 and laws["joint"][5 + 1] == 0
+    mixed = {
+        law.name.split("/")[1]: law.probs
+        for law in member_laws(target_by_name("invalidated_proposals"), 3)
+    }
+    # 2 valid, 1 invalidated request: P(accepted >= 2) only from the valid ones
+    assert sum(mixed["accepted"][2:]) < sum(mixed["accepted"][1:])
+
+
+def test_count_members_flags_malformed_rows() -> None:
+    target = target_by_name("point_mass_positions")
+    tokens = torch.tensor([[0, 1, 4, -1, -1], [2, -1, -1, -1, -1], [0, 3, -1, 2, -1]])
+    accepted = torch.tensor([2, 0, 1])
+    status = torch.tensor([0, 1, 0], dtype=torch.int8)
+    counts = count_members(target, tokens, accepted, status)
+    assert counts["point_mass_positions/accepted"].tolist() == [0, 0, 1, 0, 0, 2]
+    assert counts["point_mass_positions/slot0"][-1] == 2  # status NAN row, bad padding row
+    assert counts["point_mass_positions/joint"][2 * 5 + 4] == 1
+
+
+def test_greedy_reference_lowest_id_and_signed_zero() -> None:
+    logits = np.array([[[-0.0, 0.0, -1.0], [1.0, 2.0, 2.0]]], dtype=np.float32)
+    tokens, accepted = greedy_reference(logits, np.array([[0]], dtype=np.int32))
+    assert tokens.tolist() == [[0, 1]] and accepted.tolist() == [1]
+    tokens, accepted = greedy_reference(logits, np.array([[1]], dtype=np.int32))
+    assert tokens.tolist() == [[0, -1]] and accepted.tolist() == [0]
+
+
+def test_plan_reaches_the_stated_power() -> None:
+    rows = plan_samples(1e-2, ALPHA)
+    assert len(rows) == sum(t.k + 3 for t in TARGETS)
+    member_alpha = ALPHA / len(rows)
+    for row in rows:
+        assert power_of(row.n_needed, 1e-2, row.df, member_alpha) >= 0.99
+    assert max(r.n_needed for r in plan_samples(1e-3, ALPHA)) > 50 * max(r.n_needed for r in rows)
+
+
+def test_cli_refuses_cpu_without_interpreter(tmp_path: Any) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(CUDA_VISIBLE_DEVICES="", PP3_SCRATCH=str(tmp_path / "s"))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pp3cli",
+            "--receipts",
+            str(tmp_path / "r"),
+            "qualify",
+            "--profile",
+            "smoke",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert "TRITON_INTERPRET" in proc.stderr
+
+
+def test_cli_plan_prints_samples(tmp_path: Any) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pp3cli", "qualify", "--plan", "--tv", "1e-2", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert '"n_needed"' in proc.stdout and "sparse_tails/joint" in proc.stdout

@@ -1,0 +1,130 @@
+"""The five toy targets: consistency, coverage of the issue's cases, fp32 margins."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import pytest
+import torch
+
+from pp3cli.qualify import member_laws
+from pp3cli.targets import TARGETS, ToyTarget, rounding_gap, target_by_name
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
+def test_target_is_consistent(target: ToyTarget) -> None:
+    target.validate()
+    assert 5 <= target.vocab <= 16
+    assert target.k in (4, 5)
+    assert target.purpose and target.draft_policy
+
+
+def test_targets_cover_the_required_cases() -> None:
+    assert len(TARGETS) == 5
+    assert {t.k for t in TARGETS} == {4, 5}
+    assert any(t.tau < 1 for t in TARGETS) and any(t.tau > 1 for t in TARGETS)
+    assert any(t.invalid_row is not None for t in TARGETS)
+    assert any(t.support == 1 for t in TARGETS)  # point-mass drafts
+    # sparse full-target tails: a full-support row with a token of probability <= 2^-12
+    assert any(
+        all(w > 0 for w in t.weights[i]) and min(t.p(i)) <= Fraction(1, 4096)
+        for t in TARGETS
+        for i in range(t.k + 1)
+    )
+    # disjoint support: a draft token with q > 0 where p = 0
+    assert any(
+        t.q(i)[v] > 0 and t.p(i)[v] == 0
+        for t in TARGETS
+        for i in range(t.k)
+        for v in range(t.vocab)
+    )
+    # q equal to p on a whole row
+    assert any(t.q(i) == t.p(i) for t in TARGETS for i in range(t.k))
+    # tied logits written with both signed zeros
+    signed = [
+        t
+        for t in TARGETS
+        if any(
+            (row == 0).sum() > 1
+            and torch.signbit(row[row == 0]).any()
+            and (~torch.signbit(row[row == 0])).any()
+            for row in t.logits()
+        )
+    ]
+    assert signed
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
+def test_positions_have_different_targets(target: ToyTarget) -> None:
+    rows = [target.p(i) for i in range(target.k + 1)]
+    assert rows[-1] != rows[-2], "bonus row must differ from the last draft row"
+    assert len(set(rows)) >= target.k
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
+def test_fp32_softmax_keeps_every_exact_comparison(target: ToyTarget) -> None:
+    """sign(p_fp32(v) - q(v)) == sign(p(v) - q(v)) on every draft support token, and
+    p = 0 stays exactly 0: so rounding cannot reach an outcome of exact probability 0."""
+    logits = target.logits() / target.tau
+    e = torch.exp(logits - logits.max(dim=-1, keepdim=True).values)
+    p32 = e / e.sum(dim=-1, keepdim=True)
+    for i in range(target.k + 1):
+        for v in range(target.vocab):
+            if target.p(i)[v] == 0:
+                assert p32[i, v].item() == 0.0
+        if i == target.k:
+            continue
+        for v, count in target.draft[i]:
+            exact = target.p(i)[v] - Fraction(count, target.denominator)
+            got = Fraction(p32[i, v].item()) - Fraction(count, target.denominator)
+            assert (exact > 0) == (got > 0) and (exact == 0) == (got == 0), (target.name, i, v)
+            if exact != 0:
+                assert abs(float(exact)) > 1e-4
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
+def test_rounding_gap_is_tiny(target: ToyTarget) -> None:
+    assert rounding_gap(target) < 1e-6
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
+def test_laws_sum_to_one_and_slots_are_lossless(target: ToyTarget) -> None:
+    laws = {law.name.split("/")[1]: law.probs for law in member_laws(target, 1000)}
+    for probs in laws.values():
+        assert sum(probs) == 1 and probs[-1] == 0
+    # the accepted-length law and the joint law agree on P(accepted = i)
+    for i in range(target.k + 1):
+        joint = sum(laws["joint"][i * target.vocab : (i + 1) * target.vocab])
+        assert joint == laws["accepted"][i]
+    # slot j emits p_j with probability P(accepted >= j): losslessness
+    for j in range(target.k + 1):
+        reach = sum(laws["accepted"][j : target.k + 1])
+        assert list(laws[f"slot{j}"][: target.vocab]) == [reach * p for p in target.p(j)]
+
+
+def test_logits_are_finite_or_minus_inf() -> None:
+    for target in TARGETS:
+        for value in target.logits().flatten().tolist():
+            assert math.isfinite(value) or value == -math.inf
+
+
+def test_target_by_name() -> None:
+    assert target_by_name("sparse_tails") is TARGETS[0]
+    with pytest.raises(ValueError, match="unknown target 'nope'"):
+        target_by_name("nope")
+
+
+def test_validate_names_the_problem() -> None:
+    bad = ToyTarget(
+        name="bad",
+        purpose="x",
+        draft_policy="x",
+        tau=1.0,
+        bits=2,
+        weights=((1, 1, 1, 0), (1, 1, 1, 1)),
+        draft=(((0, 4),),),
+        denominator=4,
+    )
+    with pytest.raises(ValueError, match="row 0 weights"):
+        bad.validate()
