@@ -1,0 +1,198 @@
+"""Receiver: per-request state, K = 0 fallback, refusals that never leak into other rows."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+from test_wire import C, V, _batch, _law
+
+from pp3cli import receiver as rx
+from pp3cli import wire
+
+K, S = 3, 4
+
+
+def _setup(seed: int = 0, batch: int = 6):
+    drafts, ids, counts, temperature = _batch(seed, batch=batch, positions=K, support=S)
+    recv = rx.DraftReceiver(
+        slot="slot-a", vocab_size=V, num_positions=K, support_width=S, denominator=C
+    )
+    request_ids = [100 + b for b in range(batch)]
+    for rid, temp in zip(request_ids, temperature.tolist(), strict=True):
+        recv.admit(rid, temperature=temp, generation=2)
+    return recv, request_ids, drafts, ids, counts, temperature
+
+
+def _frames(drafts, ids, counts, temperature, request_ids, *, generation=2, sequence=0):
+    return wire.encode_frames(
+        drafts, ids, counts, denominator=C, temperature=temperature,
+        request_ids=np.array(request_ids, dtype=np.uint64), generation=generation,
+        sequence=sequence,
+    )  # fmt: skip
+
+
+def _assert_fallback_row(inputs: rx.RoundInputs, b: int) -> None:
+    assert inputs.fallback[b]
+    assert (inputs.draft_tokens[b] == -1).all()
+    assert (inputs.q_ids[b] == -1).all() and (inputs.q_counts[b] == 0).all()
+
+
+def _assert_intact(inputs, b, drafts, ids, counts) -> None:
+    assert not inputs.fallback[b]
+    np.testing.assert_array_equal(inputs.draft_tokens[b], drafts[b])
+    assert _law(inputs.q_ids[b], inputs.q_counts[b]) == _law(ids[b], counts[b])
+
+
+def test_all_valid_frames_reach_the_selector_inputs() -> None:
+    recv, rids, drafts, ids, counts, temperature = _setup()
+    frames = _frames(drafts, ids, counts, temperature, rids)[::-1]  # arrival order is free
+    inputs = recv.receive_round(rids, frames)
+    for b in range(len(rids)):
+        _assert_intact(inputs, b, drafts, ids, counts)
+    np.testing.assert_array_equal(inputs.temperature, temperature)
+    assert inputs.refusals == [] and recv.stats.frames_accepted == len(rids)
+    assert inputs.q_ids.dtype == np.int32 and inputs.draft_tokens.shape == (len(rids), K)
+    tensors = inputs.as_torch()
+    assert tensors[1].shape == (len(rids), K, S) and str(tensors[3].dtype) == "torch.float32"
+    assert recv.state(rids[0]).next_sequence == 1
+
+
+def _run_with(replacement_for_row_2, *, extra=()):
+    recv, rids, drafts, ids, counts, temperature = _setup()
+    frames = _frames(drafts, ids, counts, temperature, rids)
+    frames[2] = replacement_for_row_2(recv, rids, drafts, ids, counts, temperature, frames[2])
+    inputs = recv.receive_round(rids, [f for f in frames if f is not None] + list(extra))
+    _assert_fallback_row(inputs, 2)
+    for b in (0, 1, 3, 4, 5):
+        _assert_intact(inputs, b, drafts, ids, counts)
+    fallback = [r for r in inputs.refusals if r.fallback]
+    assert [(r.request_id, r.fallback) for r in fallback] == [(rids[2], True)]
+    return inputs, fallback[0], recv
+
+
+def _reencode(b, drafts, ids, counts, temperature, rids, **kw):
+    return _frames(drafts[b : b + 1], ids[b : b + 1], counts[b : b + 1],
+                   temperature[b : b + 1], [rids[b]], **kw)[0]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("mutate", "reason"),
+    [
+        (lambda r, rids, d, i, c, t, f: None, "missing"),
+        (lambda r, rids, d, i, c, t, f: f[:-3], "missing"),  # truncated: id untrusted
+        (lambda r, rids, d, i, c, t, f: f[:60] + bytes([f[60] ^ 1]) + f[61:], "missing"),
+        (lambda r, rids, d, i, c, t, f: _reencode(2, d, i, c, t, rids, generation=1),
+         "stale_generation"),
+        (lambda r, rids, d, i, c, t, f: _reencode(2, d, i, c, t, rids, generation=3),
+         "future_generation"),
+        (lambda r, rids, d, i, c, t, f: _reencode(2, d, i, c, t, rids, sequence=1),
+         "sequence_gap"),
+        (lambda r, rids, d, i, c, t, f: _reencode(2, d, i, c, t[::-1].copy(), rids),
+         "temperature_mismatch"),
+    ],
+)  # fmt: skip
+def test_a_refused_frame_falls_back_alone(mutate, reason: str) -> None:
+    inputs, fallback, recv = _run_with(mutate)
+    assert fallback.reason == reason
+    assert recv.stats.fallback_by_reason[reason] == 1 and recv.stats.fallbacks == 1
+
+
+def test_content_errors_name_the_request_and_fall_back() -> None:
+    recv, rids, drafts, ids, counts, temperature = _setup()
+    counts = counts.copy()
+    listed = np.argwhere(counts[2, 0] > 0)[0][0]
+    counts[2, 0, listed] -= 1
+    frames = _frames(drafts, ids, counts, temperature, rids)
+    inputs = recv.receive_round(rids, frames)
+    _assert_fallback_row(inputs, 2)
+    refused = [r for r in inputs.refusals if not r.fallback]
+    assert [(r.request_id, r.reason) for r in refused] == [(rids[2], "missing_mass")]
+    assert [r.reason for r in inputs.refusals if r.fallback] == ["missing_mass"]
+
+
+def test_not_owned_unscheduled_and_shape_frames_are_refused() -> None:
+    recv, rids, drafts, ids, counts, temperature = _setup()
+    recv.admit(999, temperature=1.0, generation=2)
+    frames = _frames(drafts, ids, counts, temperature, rids)
+    foreign = _frames(drafts[:1], ids[:1], counts[:1], temperature[:1], [4242])[0]
+    unscheduled = _frames(drafts[1:2], ids[1:2], counts[1:2], temperature[1:2], [999])[0]
+    wide = np.full((1, K, S + 1), -1, np.int32)
+    wide_counts = np.zeros((1, K, S + 1), np.int32)
+    wide[..., :S], wide_counts[..., :S] = ids[3:4], counts[3:4]
+    wrong_shape = wire.encode_frames(
+        drafts[3:4], wide, wide_counts, denominator=C, temperature=temperature[3:4],
+        request_ids=rids[3], generation=2, sequence=0,
+    )[0]  # fmt: skip
+    frames[3] = wrong_shape  # S too wide: refused by the decoder's bound
+    frames[5] = wire.encode_frames(
+        drafts[5:6], ids[5:6], 2 * counts[5:6], denominator=2 * C,
+        temperature=temperature[5:6], request_ids=rids[5], generation=2, sequence=0,
+    )[0]  # fmt: skip
+    inputs = recv.receive_round(rids, frames + [foreign, unscheduled])
+    reasons = {(r.request_id, r.reason) for r in inputs.refusals if not r.fallback}
+    assert reasons == {
+        (4242, "not_owned"),
+        (999, "not_scheduled"),
+        (rids[3], "bad_header"),
+        (rids[5], "shape"),
+    }
+    assert inputs.fallback.tolist() == [False, False, False, True, False, True]
+
+
+def test_two_valid_frames_for_one_request_are_both_refused() -> None:
+    recv, rids, drafts, ids, counts, temperature = _setup()
+    frames = _frames(drafts, ids, counts, temperature, rids)
+    # Another request's proposals relabelled as request 2: CRC and sequence are valid.
+    imposter = _frames(drafts[4:5], ids[4:5], counts[4:5], temperature[2:3], [rids[2]])[0]
+    inputs = recv.receive_round(rids, frames + [imposter])
+    _assert_fallback_row(inputs, 2)
+    dup = [r for r in inputs.refusals if r.reason == "duplicate_frame" and not r.fallback]
+    assert len(dup) == 2
+
+
+def test_late_frame_is_stale_next_round_and_the_round_continues() -> None:
+    recv, rids, drafts, ids, counts, temperature = _setup()
+    round0 = _frames(drafts, ids, counts, temperature, rids, sequence=0)
+    first = recv.receive_round(rids, [f for b, f in enumerate(round0) if b != 1])
+    _assert_fallback_row(first, 1)
+    round1 = _frames(drafts, ids, counts, temperature, rids, sequence=1)
+    second = recv.receive_round(rids, round1 + [round0[1], round0[0]])  # late + replay
+    assert not second.fallback.any()
+    stale = sorted(r.request_id for r in second.refusals if r.reason == "stale_sequence")
+    assert stale == [rids[0], rids[1]]
+
+
+def test_new_generation_makes_old_frames_stale() -> None:
+    recv, rids, drafts, ids, counts, temperature = _setup()
+    assert recv.new_generation(rids[0]) == 3
+    frames = _frames(drafts, ids, counts, temperature, rids)
+    inputs = recv.receive_round(rids, frames)
+    assert inputs.fallback.tolist() == [True] + [False] * 5
+    assert inputs.refusals[0].reason == "stale_generation"
+
+
+def test_every_refusal_is_logged_with_request_and_reason(caplog) -> None:
+    recv, rids, drafts, ids, counts, temperature = _setup()
+    frames = _frames(drafts, ids, counts, temperature, rids)
+    frames[4] = _reencode(4, drafts, ids, counts, temperature, rids, generation=0)
+    with caplog.at_level(logging.WARNING, logger="pp3cli.receiver"):
+        recv.receive_round(rids, frames[:5])  # request 105 sends nothing
+    text = caplog.text
+    assert f"request {rids[4]} (stale_generation)" in text
+    assert f"request {rids[4]} falls back" in text
+    assert f"request {rids[5]} falls back to target-only verification (missing)" in text
+    assert len(recv.refusals) == 3
+
+
+def test_caller_errors_raise() -> None:
+    recv, rids, *_ = _setup()
+    with pytest.raises(ValueError, match="not owned"):
+        recv.receive_round([12345], [])
+    with pytest.raises(ValueError, match="twice"):
+        recv.receive_round([rids[0], rids[0]], [])
+    with pytest.raises(ValueError, match="already owned"):
+        recv.admit(rids[0], temperature=1.0)
+    recv.release(rids[0])
+    assert not recv.owns(rids[0])
