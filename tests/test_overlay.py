@@ -1,0 +1,225 @@
+"""The pinned vLLM overlay: pins, refusal on mismatch, never overwritten, engine-free import."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from pp3cli import overlay
+from pp3cli.errors import CheckFailed, UsageProblem
+
+# A tiny stand-in for the wheel: same import structure, trivially small, no vLLM code.
+FAKE_ENTRY = """import torch
+
+from vllm.triton_utils import tl, tldevice, triton
+from vllm.v1.worker.gpu.sample.gumbel import helper
+
+
+def rejection_sample(target_logits, draft_logits, num_speculative_steps: int):
+    return helper(target_logits)
+"""
+FAKE_GUMBEL = """from vllm.triton_utils import tl, triton
+
+
+def helper(x):
+    return x.argmax(-1)
+"""
+FAKE_FILES = {
+    "vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py": FAKE_ENTRY.encode(),
+    "vllm/v1/worker/gpu/sample/gumbel.py": FAKE_GUMBEL.encode(),
+    "vllm/v1/worker/gpu/sample/__init__.py": b"import vllm.config  # engine code\n",
+    "vllm/triton_utils/__init__.py": b"import vllm.envs  # engine code\n",
+    "vllm/unrelated.py": b"x = 1\n",
+}
+FAKE_PINS = {
+    path: hashlib.sha256(FAKE_FILES[path]).hexdigest()
+    for path in (
+        "vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py",
+        "vllm/v1/worker/gpu/sample/gumbel.py",
+    )
+}
+EXPECTED_PARAMETERS = [
+    "target_logits",
+    "draft_logits",
+    "draft_sampled",
+    "cu_num_logits",
+    "pos",
+    "idx_mapping",
+    "expanded_idx_mapping",
+    "expanded_local_pos",
+    "temperature",
+    "seed",
+    "num_speculative_steps",
+    "synthetic_conditional_rates",
+    "use_fp64",
+    "use_block_verification",
+    "contexts",
+    "watermarking",
+    "watermarking_skip_mask",
+    "watermark_key",
+    "fly_window_size",
+    "fly_entropy_threshold",
+    "fly_entropy_top_k",
+]
+
+
+def make_wheel(path: Path, files: dict[str, bytes]) -> Path:
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return path
+
+
+@pytest.fixture
+def no_vllm_modules() -> Iterator[None]:
+    """Each overlay import starts and ends without any ``vllm`` module loaded."""
+
+    def purge() -> None:
+        for name in [n for n in sys.modules if n == "vllm" or n.startswith("vllm.")]:
+            del sys.modules[name]
+
+    purge()
+    yield
+    purge()
+
+
+def test_transitive_sources_follow_imports_and_skip_shims() -> None:
+    files = overlay.transitive_sources(FAKE_FILES.get)
+    assert files == sorted(FAKE_PINS)
+
+
+def test_fetch_writes_pinned_files_shims_and_manifest(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path / "fake.whl", FAKE_FILES)
+    target = overlay.fetch_overlay(tmp_path / "scratch", wheel=wheel, pins=FAKE_PINS)
+    assert target == tmp_path / "scratch" / "overlay" / "vllm-0.33.0"
+    for path, data in FAKE_FILES.items():
+        if path in FAKE_PINS:
+            assert (target / path).read_bytes() == data
+    # Package inits are pp3's empty shims, never the wheel's engine code.
+    assert b"vllm.config" not in (target / "vllm/v1/worker/gpu/sample/__init__.py").read_bytes()
+    assert b"vllm.envs" not in (target / "vllm/triton_utils/__init__.py").read_bytes()
+    assert not (target / "vllm/unrelated.py").exists()
+    manifest = overlay.verify_overlay(target, FAKE_PINS)
+    assert manifest["files"] == FAKE_PINS
+
+
+def test_pin_mismatch_is_refused_with_the_file_name(tmp_path: Path) -> None:
+    tampered = dict(FAKE_FILES)
+    tampered["vllm/v1/worker/gpu/sample/gumbel.py"] += b"# changed\n"
+    wheel = make_wheel(tmp_path / "tampered.whl", tampered)
+    with pytest.raises(CheckFailed, match="vllm/v1/worker/gpu/sample/gumbel.py: sha256"):
+        overlay.fetch_overlay(tmp_path / "scratch", wheel=wheel, pins=FAKE_PINS)
+    assert not (tmp_path / "scratch" / "overlay" / "vllm-0.33.0").exists()
+
+
+def test_tampered_overlay_on_disk_is_refused_before_import(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path / "fake.whl", FAKE_FILES)
+    target = overlay.fetch_overlay(
+        tmp_path, dest=tmp_path / ".overlay", wheel=wheel, pins=FAKE_PINS
+    )
+    assert target == tmp_path / ".overlay" / "vllm-0.33.0"
+    entry = target / "vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py"
+    entry.write_bytes(entry.read_bytes() + b"\n")
+    with pytest.raises(CheckFailed, match="rejection_sampler_utils.py: sha256"):
+        overlay.load_vllm_rejection_sample(target, FAKE_PINS)
+
+
+def test_existing_overlay_is_never_overwritten(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path / "fake.whl", FAKE_FILES)
+    first = overlay.fetch_overlay(tmp_path, wheel=wheel, pins=FAKE_PINS)
+    marker = first / "vllm/v1/worker/gpu/sample/gumbel.py"
+    before = marker.stat().st_mtime_ns
+    with pytest.raises(UsageProblem, match=str(first)):
+        overlay.fetch_overlay(tmp_path, wheel=wheel, pins=FAKE_PINS)
+    assert marker.stat().st_mtime_ns == before
+    second = overlay.fetch_overlay(tmp_path, wheel=wheel, pins=FAKE_PINS, force_new=True)
+    third = overlay.fetch_overlay(tmp_path, wheel=wheel, pins=FAKE_PINS, force_new=True)
+    assert (second.name, third.name) == ("vllm-0.33.0.2", "vllm-0.33.0.3")
+
+
+def test_shims_import_a_fake_entry_without_the_engine(
+    tmp_path: Path, no_vllm_modules: None
+) -> None:
+    wheel = make_wheel(tmp_path / "fake.whl", FAKE_FILES)
+    target = overlay.fetch_overlay(tmp_path, wheel=wheel, pins=FAKE_PINS)
+    function = overlay.load_vllm_rejection_sample(target, FAKE_PINS)
+    logits = torch.tensor([[0.0, 2.0, 1.0]])
+    assert function(logits, None, 1).tolist() == [1]
+    assert str(target) not in sys.path
+
+
+def test_adapter_builds_vllm_arguments_from_chain_tensors() -> None:
+    logits = torch.arange(2 * 3 * 5, dtype=torch.float32).reshape(2, 3, 5)
+    drafts = torch.tensor([[4, 1], [-1, 2]], dtype=torch.int32)
+    temperature = torch.tensor([0.0, 2.0])
+    seed = torch.tensor([7, 8])
+    position = torch.tensor([100, 200])
+    kwargs = overlay.vllm_inputs_from_chain(logits, drafts, temperature, seed, position)
+    assert kwargs["target_logits"].shape == (6, 5)
+    # Request 0 is T0 (unscaled); request 1 at tau = 2 is divided by 2.
+    assert torch.equal(kwargs["target_logits"][:3], logits[0])
+    assert torch.equal(kwargs["target_logits"][3:], logits[1] / 2)
+    assert kwargs["draft_sampled"].tolist() == [0, 4, 1, 0, -1, 2]
+    assert kwargs["cu_num_logits"].tolist() == [0, 3, 6]
+    assert kwargs["pos"].tolist() == [100, 101, 102, 200, 201, 202]
+    assert kwargs["idx_mapping"].tolist() == [0, 1]
+    assert kwargs["expanded_idx_mapping"].tolist() == [0, 0, 0, 1, 1, 1]
+    assert kwargs["expanded_local_pos"].tolist() == [0, 1, 2, 0, 1, 2]
+    assert kwargs["num_speculative_steps"] == 2
+    assert kwargs["draft_logits"] is None
+    assert kwargs["seed"].dtype == torch.int64
+
+
+def test_chain_from_vllm_masks_uninitialised_entries() -> None:
+    sampled = torch.tensor([[5, 6, 99], [7, 123456, -42]])
+    tokens, accepted = overlay.chain_from_vllm(sampled, torch.tensor([3, 1], dtype=torch.int32))
+    assert tokens.tolist() == [[5, 6, 99], [7, -1, -1]]
+    assert accepted.tolist() == [2, 0]
+
+
+@pytest.fixture(scope="module")
+def real_overlay(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real vllm 0.33.0 wheel (``PP3_VLLM_WHEEL``, else pip download: ~336 MB, seconds)."""
+    scratch = tmp_path_factory.mktemp("real")
+    given = os.environ.get("PP3_VLLM_WHEEL")
+    if given:
+        return overlay.fetch_overlay(scratch, wheel=Path(given))
+    return overlay.fetch_overlay(scratch)
+
+
+def test_real_wheel_pins_and_signature(real_overlay: Path) -> None:
+    """Imports the real module in a fresh interpreter (its `vllm` must not leak here)."""
+    code = (
+        "import sys, inspect; from pathlib import Path; from pp3cli import overlay;"
+        "f = overlay.load_vllm_rejection_sample(Path(sys.argv[1]));"
+        "print(','.join(inspect.signature(f).parameters));"
+        "print('vllm.config' in sys.modules, 'vllm.envs' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(real_overlay)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    names, engine = done.stdout.strip().splitlines()
+    assert names.split(",") == EXPECTED_PARAMETERS
+    assert engine == "False False"
+    manifest = overlay.read_manifest(real_overlay)
+    assert manifest["files"] == overlay.VLLM_PINS
+    overlay.verify_overlay(real_overlay)
+
+
+def test_adapter_matches_the_real_signature() -> None:
+    """Every argument the adapter builds is a parameter of rejection_sample, and every
+    parameter without a default is built."""
+    kwargs = overlay.vllm_inputs_from_chain(
+        torch.zeros(1, 2, 3), torch.zeros(1, 1), torch.zeros(1), torch.zeros(1), torch.zeros(1)
+    )
+    required = EXPECTED_PARAMETERS[:11]
+    assert sorted(kwargs) == sorted(required)
