@@ -504,12 +504,25 @@ def _chain_finish_kernel(
         qmask = drow[:, :, None] & (slots < S)[None, None, :]
         q_sid = tl.load(qid_ptr + qidx, mask=qmask, other=-1)
         q_cnt = tl.load(qcnt_ptr + qidx, mask=qmask, other=0)
-        count = tl.sum(tl.where((q_sid == draft[:, :, None]) & (q_cnt > 0), q_cnt, 0), axis=2)
+        positive = q_cnt > 0
+        count = tl.sum(tl.where((q_sid == draft[:, :, None]) & positive, q_cnt, 0), axis=2)
         q_mass = tl.sum(q_cnt.to(tl.int64), axis=2)
-        bad_ids = tl.max(((q_cnt > 0) & ((q_sid < 0) | (q_sid >= V))).to(tl.int32), axis=2)
-        bad = bad | (
-            t1_2d & in_range & ((count <= 0) | (q_mass.to(tl.float64) != den64) | (bad_ids != 0))
-        )
+        # The host validation's rules, on every draft row (the status must not depend on
+        # where the chain stopped): no negative count, padding slots carry id -1, support ids
+        # in [0, V) and distinct (pairwise check for S <= 16), mass C (or 0 where nothing is
+        # proposed or the request is greedy), and a sampled proposal inside the support.
+        slot_bad = (q_cnt < 0) | ((q_cnt == 0) & (q_sid != -1))
+        slot_bad = slot_bad | (positive & ((q_sid < 0) | (q_sid >= V)))
+        malformed = tl.max(slot_bad.to(tl.int32), axis=2) != 0
+        if S_P2 <= 16:
+            same = (q_sid[:, :, :, None] == q_sid[:, :, None, :]) & (
+                slots[:, None] < slots[None, :]
+            )[None, None, :, :]
+            dup = same & positive[:, :, :, None] & positive[:, :, None, :]
+            malformed = malformed | (tl.max(tl.max(dup.to(tl.int32), axis=3), axis=2) != 0)
+        zero_allowed = (draft < 0) | ~is_t1[:, None]
+        mass_ok = (q_mass.to(tl.float64) == den64) | ((q_mass == 0) & zero_allowed)
+        bad = bad | (drow & (malformed | ~mass_ok)) | (t1_2d & in_range & (count <= 0))
         accept_t1 = coin * count.to(tl.float64) < p_x.to(tl.float64) * den64
     elif Q_MODE == 2:
         q_x = tl.load(
@@ -520,7 +533,7 @@ def _chain_finish_kernel(
             mask=t1_2d & in_range,
             other=0.0,
         ).to(tl.float32)
-        bad = bad | (t1_2d & in_range & ~(q_x > 0.0))
+        bad = bad | (t1_2d & in_range & ~((q_x > 0.0) & (q_x < float("inf"))))
         accept_t1 = coin * q_x.to(tl.float64) < p_x.to(tl.float64)
     else:
         bad = bad | (t1_2d & in_range)  # a sampled proposal without any q
@@ -530,7 +543,7 @@ def _chain_finish_kernel(
     stop_row = tl.min(tl.where(fail, rows[None, :], K), axis=1)
     accepted = stop_row
     at_stop = rows[None, :] == stop_row[:, None]
-    bad_any = tl.max((bad & (rows[None, :] <= stop_row[:, None])).to(tl.int32), axis=1)
+    bad_any = tl.max(bad.to(tl.int32), axis=1)
     status = tl.where((status == 0) & (bad_any != 0), 4, status)
     stop_draft = tl.sum(tl.where(at_stop & drow, draft, 0), axis=1)
     resid = (stop_row < K) & (stop_draft >= 0)

@@ -1,0 +1,1170 @@
+"""The Triton selector in the interpreter: agreement with the torch reference, edge cases, law.
+
+Run with ``TRITON_INTERPRET=1`` set outside Python. Every kernel call costs a few seconds
+per program instance in the interpreter, so each test groups many cases into one batch
+(one program holds up to 8192 requests with the default interpreter plan) and the forced
+split-vocabulary plan is only used with B * splits <= 12 programs.
+
+What the selector must reproduce is ``pp3kernels.contract``; the torch reference
+(``reference_verify_chain``) draws the same Philox uniforms and runs the same inverse CDF,
+so T0 outputs agree exactly and T1 outputs agree token for token except where a uniform
+falls within a float rounding of a token boundary (never seen on these inputs; a
+mismatch fails the test and is listed row by row).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import pytest
+import torch
+from pp3kernels.contract import (
+    STATUS_ALL_MASKED,
+    STATUS_BAD_DRAFT,
+    STATUS_NAN,
+    STATUS_OK,
+    STATUS_POSINF,
+    ChainResult,
+)
+from pp3kernels.drafts import point_mass_q, quantise_q, sample_drafts
+from pp3kernels.philox import acceptance_uniform, sample_uniform
+from pp3kernels.reference import reference_verify_chain
+from pp3kernels.selector import LaunchPlan, plan_launch, verify_chain
+from pp3kernels.validate import SelectorInputError
+from scipy.stats import power_divergence
+
+ALPHA = 1e-6
+NEG = float("-inf")
+Args = dict[str, Any]
+
+
+# --------------------------------------------------------------------------------------
+# Inputs and comparison helpers
+# --------------------------------------------------------------------------------------
+
+
+def _lowest_argmax(rows: torch.Tensor) -> torch.Tensor:
+    """Lowest id of the maximum along the last axis (-0.0 == +0.0), computed independently."""
+    values = rows.float()
+    at_max = values == values.amax(dim=-1, keepdim=True)
+    return at_max.to(torch.int8).argmax(dim=-1)
+
+
+def _layout(logits: torch.Tensor, layout: str, generator: torch.Generator) -> torch.Tensor:
+    """The same values as ``logits`` [B, K+1, V] in a different memory layout."""
+    batch, rows, vocab = logits.shape
+    if layout == "contiguous":
+        return logits
+    if layout == "expanded":  # one target shared by every request: batch stride 0
+        return logits[:1].expand(batch, rows, vocab)
+    if layout == "sliced":  # a window of a larger tensor, every dimension offset
+        big = torch.randn((batch + 3, rows + 2, vocab + 7), generator=generator).to(logits.dtype)
+        big[1 : batch + 1, 1 : rows + 1, 3 : vocab + 3] = logits
+        return big[1 : batch + 1, 1 : rows + 1, 3 : vocab + 3]
+    if layout == "strided":  # every other token of a wider row: vocabulary stride 2
+        big = torch.randn((batch, rows, 2 * vocab), generator=generator).to(logits.dtype)
+        big[:, :, ::2] = logits
+        return big[:, :, ::2]
+    if layout == "transposed":  # storage [V, K+1, B]: batch stride 1
+        return logits.permute(2, 1, 0).contiguous().permute(2, 1, 0)
+    raise ValueError(f"unknown layout {layout!r}")
+
+
+def _make(
+    *,
+    batch: int,
+    drafts: int,
+    vocab: int,
+    seed: int,
+    dtype: torch.dtype = torch.float32,
+    q: str = "sparse",
+    support: int = 3,
+    greedy_share: float = 0.25,
+    invalid_share: float = 0.1,
+    mask_share: float = 0.15,
+    denominator: int = 1024,
+    layout: str = "contiguous",
+) -> Args:
+    """A mixed T0/T1 batch: -inf masks, drafts drawn from q, invalidated proposals.
+
+    q = "sparse" (``support`` tokens per row, quantised over ``denominator``), "point"
+    (S = 1), "dense" (float [B, K, V] with zeros) or "none" (T1 requests propose -1 only).
+    The q support is the top of a noisy copy of the target, so that drafts are often
+    accepted and chains reach deep rows. T0 requests mostly propose the greedy token.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    base = torch.randn((batch, drafts + 1, vocab), generator=generator) * 2.5
+    masked = torch.rand(base.shape, generator=generator) < mask_share
+    keep = torch.randint(0, vocab, (batch, drafts + 1, 1), generator=generator)
+    masked.scatter_(2, keep, False)
+    base = torch.where(masked, NEG, base)
+    logits = _layout(base.to(dtype), layout, generator)
+    values = logits.float()  # what the verifier sees after the dtype cast
+
+    temperature = torch.rand(batch, generator=generator) * 1.5 + 0.3
+    greedy = torch.randperm(batch, generator=generator)[: int(round(greedy_share * batch))]
+    temperature[greedy] = 0.0
+    seeds = torch.randint(-(2**62), 2**62, (batch,), generator=generator, dtype=torch.int64)
+    positions = torch.randint(0, 2**40, (batch,), generator=generator, dtype=torch.int64)
+    args: Args = {
+        "logits": logits,
+        "temperature": temperature,
+        "seed": seeds,
+        "position": positions,
+    }
+    if drafts == 0:
+        args["draft_tokens"] = torch.zeros((batch, 0), dtype=torch.int32)
+        return args
+
+    noisy = torch.where(values[:, :drafts].isinf(), -4.0, values[:, :drafts])
+    noisy = noisy + torch.randn(noisy.shape, generator=generator) * 1.5
+    if q in ("sparse", "point"):
+        width = 1 if q == "point" else min(support, vocab)
+        top = noisy.topk(width, dim=-1).indices
+        weights = torch.rand(top.shape, generator=generator) + 0.1
+        probs = torch.zeros(noisy.shape).scatter_(2, top, weights)
+        q_ids, q_counts = quantise_q(probs, denominator)
+        proposals = sample_drafts(q_ids, q_counts, denominator, seeds, positions)
+        args.update(q_ids=q_ids, q_counts=q_counts, denominator=denominator)
+    elif q == "dense":
+        dense = torch.softmax(noisy.double(), dim=-1)
+        dense = torch.where(torch.rand(dense.shape, generator=generator) < 0.3, 0.0, dense)
+        dense[..., 0] += 1e-3  # never an all-zero row
+        dense = (dense / dense.sum(-1, keepdim=True)).to(torch.float32)
+        flat = torch.multinomial(dense.reshape(-1, vocab), 1, generator=generator)
+        proposals = flat.reshape(batch, drafts).to(torch.int32)
+        args["q_dense"] = dense
+    elif q == "none":
+        proposals = torch.full((batch, drafts), -1, dtype=torch.int32)
+    else:
+        raise ValueError(f"unknown q form {q!r}")
+
+    t0 = (temperature == 0)[:, None]
+    greedy_pick = _lowest_argmax(values[:, :drafts]).to(torch.int32)
+    use_greedy = torch.rand((batch, drafts), generator=generator) < 0.7
+    proposals = torch.where(t0 & use_greedy, greedy_pick, proposals)
+    if q == "none":
+        random_pick = torch.randint(0, vocab, (batch, drafts), generator=generator)
+        proposals = torch.where(t0 & ~use_greedy, random_pick.to(torch.int32), proposals)
+    invalid = torch.rand((batch, drafts), generator=generator) < invalid_share
+    args["draft_tokens"] = torch.where(invalid, -1, proposals).to(torch.int32)
+    return args
+
+
+def _kernel(args: Args, **extra: Any) -> ChainResult:
+    return verify_chain(**args, **extra)
+
+
+def _reference(args: Args, **extra: Any) -> ChainResult:
+    return reference_verify_chain(**args, **extra)
+
+
+def _select(args: Args, index: torch.Tensor) -> Args:
+    """The requests ``index`` of a call (batch-indexed tensors only)."""
+    return {k: v[index] if isinstance(v, torch.Tensor) else v for k, v in args.items()}
+
+
+def _differing_rows(got: ChainResult, want: ChainResult) -> list[int]:
+    differ = (got.tokens != want.tokens).any(-1)
+    differ |= (got.accepted != want.accepted) | (got.status != want.status)
+    return differ.nonzero().flatten().tolist()
+
+
+def _assert_same(got: ChainResult, want: ChainResult, args: Args | None = None) -> None:
+    """Bit-for-bit equality of all three outputs, listing every differing request."""
+    for name, x, y in zip(ChainResult._fields, got, want, strict=True):
+        assert x.dtype == y.dtype and x.shape == y.shape, (name, x.dtype, y.dtype, x.shape)
+    rows = _differing_rows(got, want)
+    if rows:
+        lines = []
+        for b in rows[:20]:
+            tau = float(args["temperature"][b]) if args is not None else float("nan")
+            lines.append(
+                f"request {b} (tau {tau}): tokens {got.tokens[b].tolist()} vs "
+                f"{want.tokens[b].tolist()}, accepted {int(got.accepted[b])} vs "
+                f"{int(want.accepted[b])}, status {int(got.status[b])} vs {int(want.status[b])}"
+            )
+        raise AssertionError(f"{len(rows)} requests differ:\n" + "\n".join(lines))
+
+
+def _assert_well_formed(result: ChainResult, args: Args) -> None:
+    """OK rows echo accepted drafts, emit accepted + 1 tokens with p > 0, then -1 padding."""
+    tokens, accepted, status = result
+    ok = status == STATUS_OK
+    emitted = (tokens >= 0).sum(-1)
+    assert torch.equal(emitted[ok], accepted[ok] + 1)
+    assert bool((tokens[~ok] == -1).all()) and bool((accepted[~ok] == 0).all())
+    values = args["logits"].float()
+    for b in ok.nonzero().flatten().tolist():
+        a = int(accepted[b])
+        assert tokens[b, :a].tolist() == args["draft_tokens"][b, :a].tolist()
+        assert values[b, a, int(tokens[b, a])] > NEG, f"request {b} emitted a masked token"
+
+
+def _split_plan(nsplit: int, chunk_tiles: int) -> LaunchPlan:
+    """One request per program, ``nsplit`` vocabulary chunks of 8 * chunk_tiles tokens."""
+    return LaunchPlan(block_b=1, block_v=8, nsplit=nsplit, chunk=8 * chunk_tiles, num_warps=4)
+
+
+# --------------------------------------------------------------------------------------
+# Agreement with the reference on fresh random inputs
+# --------------------------------------------------------------------------------------
+
+AGREEMENT_CASES: dict[str, dict[str, Any]] = {
+    "v37-k5-fp32-sparse": {"batch": 512, "drafts": 5, "vocab": 37},
+    "v37-k5-fp16-sparse": {"batch": 512, "drafts": 5, "vocab": 37, "dtype": torch.float16},
+    "v37-k5-bf16-sparse": {"batch": 512, "drafts": 5, "vocab": 37, "dtype": torch.bfloat16},
+    "v37-k5-point": {"batch": 512, "drafts": 5, "vocab": 37, "q": "point"},
+    "v37-k5-dense": {"batch": 512, "drafts": 5, "vocab": 37, "q": "dense"},
+    "v37-k3-no-q": {"batch": 256, "drafts": 3, "vocab": 37, "q": "none", "greedy_share": 0.5},
+    "v37-k3-s8-c2^24": {
+        "batch": 256,
+        "drafts": 3,
+        "vocab": 37,
+        "support": 8,
+        "denominator": 2**24,
+    },
+    "b1-k1-t1": {"batch": 1, "drafts": 1, "vocab": 37, "greedy_share": 0.0},
+    "b1-k5-t0": {"batch": 1, "drafts": 5, "vocab": 37, "greedy_share": 1.0},
+    "k0": {"batch": 256, "drafts": 0, "vocab": 37, "q": "none"},
+    "v1-k3": {"batch": 256, "drafts": 3, "vocab": 1, "mask_share": 0.0},
+    "v2-k3": {"batch": 256, "drafts": 3, "vocab": 2, "mask_share": 0.1},
+    "v8-k2-b9000": {"batch": 9000, "drafts": 2, "vocab": 8},  # two programs of 8192
+    "v2100-k2-bf16": {  # three 1024-token tiles per row in the interpreter
+        "batch": 128,
+        "drafts": 2,
+        "vocab": 2100,
+        "support": 4,
+        "dtype": torch.bfloat16,
+    },
+    "expanded": {"batch": 256, "drafts": 3, "vocab": 37, "layout": "expanded"},
+    "sliced-bf16": {
+        "batch": 256,
+        "drafts": 3,
+        "vocab": 37,
+        "layout": "sliced",
+        "dtype": torch.bfloat16,
+    },
+    "strided-fp16": {
+        "batch": 256,
+        "drafts": 3,
+        "vocab": 37,
+        "layout": "strided",
+        "dtype": torch.float16,
+    },
+    "transposed-dense": {
+        "batch": 256,
+        "drafts": 3,
+        "vocab": 37,
+        "layout": "transposed",
+        "q": "dense",
+    },
+}
+
+
+@pytest.mark.parametrize("case", list(AGREEMENT_CASES))
+def test_agrees_with_reference(case: str) -> None:
+    spec = AGREEMENT_CASES[case]
+    args = _make(seed=len(case) * 7919 + sum(map(ord, case)), **spec)
+    got = _kernel(args)
+    want = _reference(args)
+    assert got.tokens.dtype == torch.int32 and got.tokens.shape == want.tokens.shape
+    assert got.accepted.dtype == torch.int32 and got.status.dtype == torch.int8
+    _assert_same(got, want, args)
+    _assert_well_formed(got, args)
+    assert bool((got.status == STATUS_OK).all())
+    if spec["batch"] >= 256 and spec.get("vocab", 37) > 1 and spec["drafts"] > 0:
+        # the batch really exercises both paths: some accepts, some stops before the bonus
+        assert 0 < int(got.accepted.sum()) < spec["batch"] * spec["drafts"]
+
+
+def test_strided_q_tensors_are_honoured() -> None:
+    """q_ids / q_counts and draft_tokens as views of larger tensors give the same bits."""
+    args = _make(batch=256, drafts=3, vocab=37, seed=41, support=4)
+    wide_ids = torch.full((256, 3, 9), 7, dtype=torch.int32)
+    wide_counts = torch.full((256, 3, 9), 99, dtype=torch.int32)
+    wide_ids[:, :, 2:6] = args["q_ids"]
+    wide_counts[:, :, 2:6] = args["q_counts"]
+    wide_drafts = torch.full((256, 7), 5, dtype=torch.int32)
+    wide_drafts[:, ::2][:, :3] = args["draft_tokens"]
+    views = {
+        **args,
+        "q_ids": wide_ids[:, :, 2:6],
+        "q_counts": wide_counts[:, :, 2:6],
+        "draft_tokens": wide_drafts[:, ::2][:, :3],
+    }
+    assert not views["q_ids"].is_contiguous() and not views["draft_tokens"].is_contiguous()
+    _assert_same(_kernel(views), _reference(args), args)
+
+
+# --------------------------------------------------------------------------------------
+# The forced split-vocabulary plan (partials per chunk, combined by the finish launch)
+# --------------------------------------------------------------------------------------
+
+
+def _split_sparse_case() -> Args:
+    """Three requests at V = 30 (chunks of 8: 0-7, 8-15, 16-23, 24-29; last one partial).
+
+    0: T1, row 0 proposes token 3 with p(3) ~ e^-40 and q support {3, 12, 27} spanning
+       chunks 0, 1 and 3: certainly rejected, residual rescans two extra chunks.
+    1: T0 with an argmax tie across chunks (4.0 at 9 and 25 -> 9) in row 0 and a signed
+       zero tie (-0.0 at 5, +0.0 at 20 -> 5) in row 1; the drafts match, bonus from row 2.
+    2: T1 with an invalidated proposal at row 0 (sample from p over all chunks).
+    """
+    generator = torch.Generator().manual_seed(17)
+    vocab = 30
+    logits = torch.randn((3, 3, vocab), generator=generator)
+    logits[0, 0, 3] = -40.0
+    logits[0, 0, 12] = 3.0
+    logits[0, 0, 27] = 2.5
+    logits[1, 0] = -1.0
+    logits[1, 0, 9] = 4.0
+    logits[1, 0, 25] = 4.0
+    logits[1, 1] = -2.0
+    logits[1, 1, 5] = -0.0
+    logits[1, 1, 20] = 0.0
+    ids = torch.tensor(
+        [
+            [[3, 12, 27], [0, 1, 2]],
+            [[0, -1, -1], [0, -1, -1]],
+            [[4, 17, -1], [0, 29, -1]],
+        ],
+        dtype=torch.int32,
+    )
+    counts = torch.tensor(
+        [
+            [[4, 8, 4], [6, 5, 5]],
+            [[16, 0, 0], [16, 0, 0]],
+            [[8, 8, 0], [8, 8, 0]],
+        ],
+        dtype=torch.int32,
+    )
+    return {
+        "logits": logits,
+        "draft_tokens": torch.tensor([[3, 1], [9, 5], [-1, 0]], dtype=torch.int32),
+        "temperature": torch.tensor([0.9, 0.0, 1.3]),
+        "seed": torch.tensor([11, -5, 2**40 + 3], dtype=torch.int64),
+        "position": torch.tensor([0, 7, 2**33], dtype=torch.int64),
+        "q_ids": ids,
+        "q_counts": counts,
+        "denominator": 16,
+    }
+
+
+def _split_dense_case() -> Args:
+    """Four requests at V = 30 with dense q, chunks of 16 (0-15, 16-29).
+
+    0: T1, proposal 2 with p(2) ~ e^-40 and q mass on both chunks: rejected, dense residual.
+    1: T1, an ordinary proposal (accepted or not).
+    2: NaN at token 29 (last, partial chunk) of row 1 -> STATUS_NAN.
+    3: row 0 all -inf and +inf at token 3 of row 1 -> STATUS_POSINF (checked before masked).
+    """
+    generator = torch.Generator().manual_seed(19)
+    vocab = 30
+    logits = torch.randn((4, 2, vocab), generator=generator)
+    logits[0, 0, 2] = -40.0
+    logits[2, 1, 29] = float("nan")
+    logits[3, 0] = NEG
+    logits[3, 1, 3] = float("inf")
+    dense = torch.rand((4, 1, vocab), generator=generator)
+    dense[0, 0, 2] = 2.0
+    dense = (dense.double() / dense.double().sum(-1, keepdim=True)).float()
+    return {
+        "logits": logits,
+        "draft_tokens": torch.tensor([[2], [7], [4], [5]], dtype=torch.int32),
+        "temperature": torch.tensor([1.0, 0.6, 1.0, 0.0]),
+        "seed": torch.tensor([1, 2, 3, 4], dtype=torch.int64),
+        "position": torch.tensor([5, 6, 7, 8], dtype=torch.int64),
+        "q_dense": dense,
+    }
+
+
+def test_split_plan_sparse_equals_default_plan() -> None:
+    args = _split_sparse_case()
+    split = _kernel(args, plan=_split_plan(nsplit=4, chunk_tiles=1))
+    default = _kernel(args)
+    _assert_same(split, default, args)
+    _assert_same(split, _reference(args), args)
+    assert split.status.tolist() == [STATUS_OK] * 3
+    assert int(split.accepted[0]) == 0  # the rejected draft whose support spans chunks
+    assert split.tokens[0, 0] not in (3,)
+    assert split.tokens[1].tolist()[:2] == [9, 5]  # ties across chunks, signed zero
+    assert int(split.tokens[1, 2]) == int(_lowest_argmax(args["logits"][1, 2]))
+    assert int(split.accepted[2]) == 0 and int(split.tokens[2, 1]) == -1
+
+
+def test_split_plan_dense_and_statuses_equal_default_plan() -> None:
+    args = _split_dense_case()
+    split = _kernel(args, plan=_split_plan(nsplit=2, chunk_tiles=2))
+    _assert_same(split, _kernel(args), args)
+    _assert_same(split, _reference(args), args)
+    assert split.status.tolist() == [STATUS_OK, STATUS_OK, STATUS_NAN, STATUS_POSINF]
+    assert int(split.accepted[0]) == 0 and int(split.tokens[0, 0]) != 2
+
+
+@pytest.mark.parametrize(
+    ("form", "nsplit", "chunk_tiles"),
+    [("sparse", 4, 1), ("dense", 2, 2)],
+    ids=["sparse-4x8", "dense-2x16"],
+)
+def test_split_plan_random_batch_equals_default_plan(
+    form: str, nsplit: int, chunk_tiles: int
+) -> None:
+    """Eight random mixed requests at V = 30 (partial last chunk), supports of 5 tokens."""
+    args = _make(batch=8, drafts=3, vocab=30, seed=131 + nsplit, q=form, support=5)
+    split = _kernel(args, plan=_split_plan(nsplit=nsplit, chunk_tiles=chunk_tiles))
+    _assert_same(split, _kernel(args), args)
+    _assert_same(split, _reference(args), args)
+    assert int((split.accepted < 3).sum()) > 0  # some request stopped on a sampled row
+
+
+def test_split_plan_repeated_calls_give_the_same_bits() -> None:
+    """Two calls with the split plan (no state kept between launches) give the same bits."""
+    args = _split_sparse_case()
+    args = _select(args, torch.tensor([0, 2]))
+    plan = _split_plan(nsplit=4, chunk_tiles=1)
+    first = _kernel(args, plan=plan)
+    second = _kernel(args, plan=plan)
+    _assert_same(first, second, args)
+    _assert_same(first, _reference(args), args)
+
+
+# --------------------------------------------------------------------------------------
+# Edge cases from the design brief
+# --------------------------------------------------------------------------------------
+
+
+def test_far_tail_tokens_are_emitted_where_the_uniform_lands() -> None:
+    """V = 1000: tokens 0..996 at logit -14 (p ~ 2.8e-7 each), three head tokens at 0.
+
+    Requests are picked so that their sample uniform falls inside the tail mass (found with
+    the torch Philox); the kernel must emit exactly the tail token the inverse CDF names.
+    """
+    vocab, tail = 1000, 997
+    row = torch.full((vocab,), -14.0)
+    row[tail:] = 0.0
+    candidates = 1 << 20
+    generator = torch.Generator().manual_seed(23)
+    seeds = torch.randint(-(2**62), 2**62, (candidates,), generator=generator, dtype=torch.int64)
+    positions = torch.randint(0, 2**40, (candidates,), generator=generator, dtype=torch.int64)
+    u = sample_uniform(seeds, positions)
+    weights = torch.exp(row.double())
+    tail_mass = float(weights[:tail].sum() / weights.sum())
+    in_tail = (u < tail_mass).nonzero().flatten()[:64]
+    assert in_tail.numel() >= 32, "not enough tail uniforms among the candidates"
+    pick = torch.cat([in_tail, torch.arange(64)])
+    batch = pick.numel()
+    args: Args = {
+        "logits": row.view(1, 1, vocab).expand(batch, 1, vocab),
+        "draft_tokens": torch.zeros((batch, 0), dtype=torch.int32),
+        "temperature": torch.ones(batch),
+        "seed": seeds[pick],
+        "position": positions[pick],
+    }
+    got = _kernel(args)
+    _assert_same(got, _reference(args), args)
+    tail_hits = got.tokens[: in_tail.numel(), 0]
+    assert bool((tail_hits < tail).all()), tail_hits.tolist()
+    expected = torch.searchsorted(
+        weights.cumsum(0), (u[in_tail] * weights.sum())[:, None], right=True
+    )[:, 0]
+    assert tail_hits.tolist() == expected.tolist()
+
+
+def test_sparse_full_target_tails_agree_with_reference() -> None:
+    """V = 1000, mixed T0/T1, heavy heads and many tiny tokens, rejected sparse drafts."""
+    generator = torch.Generator().manual_seed(29)
+    batch, drafts, vocab = 128, 2, 1000
+    logits = torch.randn((batch, drafts + 1, vocab), generator=generator) - 16.0
+    heads = torch.randint(0, vocab, (batch, drafts + 1, 4), generator=generator)
+    logits.scatter_(2, heads, torch.randn(heads.shape, generator=generator))
+    args = _make(batch=batch, drafts=drafts, vocab=vocab, seed=31, support=4)
+    args["logits"] = logits
+    # T0 requests must still propose their own greedy tokens sometimes
+    t0 = (args["temperature"] == 0)[:, None]
+    args["draft_tokens"] = torch.where(
+        t0, _lowest_argmax(logits[:, :drafts]).to(torch.int32), args["draft_tokens"]
+    )
+    got = _kernel(args)
+    _assert_same(got, _reference(args), args)
+    _assert_well_formed(got, args)
+
+
+def test_disjoint_support_is_never_accepted() -> None:
+    """q puts all its mass where p = 0 (-inf, or a logit whose exp underflows to 0)."""
+    generator = torch.Generator().manual_seed(37)
+    batch, drafts, vocab = 2048, 3, 16
+    logits = torch.randn((batch, drafts + 1, vocab), generator=generator)
+    logits[:, :, 8:12] = NEG
+    logits[:, :, 12:] = -300.0  # exp(-300 / tau) is 0 in fp32 for tau <= 2
+    probs = torch.zeros((batch, drafts, vocab))
+    probs[:, :, 8:] = torch.rand((batch, drafts, 8), generator=generator) + 0.05
+    q_ids, q_counts = quantise_q(probs, 64)
+    seeds = torch.randint(-(2**62), 2**62, (batch,), generator=generator, dtype=torch.int64)
+    positions = torch.randint(0, 2**40, (batch,), generator=generator, dtype=torch.int64)
+    args: Args = {
+        "logits": logits,
+        "draft_tokens": sample_drafts(q_ids, q_counts, 64, seeds, positions),
+        "temperature": torch.rand(batch, generator=generator) * 1.5 + 0.5,
+        "seed": seeds,
+        "position": positions,
+        "q_ids": q_ids,
+        "q_counts": q_counts,
+        "denominator": 64,
+    }
+    got = _kernel(args)
+    _assert_same(got, _reference(args), args)
+    assert int(got.accepted.max()) == 0
+    assert bool((got.tokens[:, 0] < 8).all())  # the residual is p itself: only p > 0 tokens
+    assert bool((got.tokens[:, 1:] == -1).all())
+
+
+@pytest.mark.parametrize("form", ["sparse", "dense"])
+def test_equal_q_is_always_accepted(form: str) -> None:
+    """q = p exactly (p uniform on 1, 2, 4 or 8 tokens): U < 1 always accepts."""
+    generator = torch.Generator().manual_seed(41 if form == "sparse" else 43)
+    batch, drafts, vocab, denominator = 2048, 3, 16, 1024
+    sizes = 2 ** torch.randint(0, 4, (batch, drafts + 1), generator=generator)
+    order = torch.rand((batch, drafts + 1, vocab), generator=generator).argsort(-1)
+    in_support = order < sizes[..., None]
+    logits = torch.where(in_support, 0.5, NEG)
+    probs = in_support[:, :drafts].double() / sizes[:, :drafts, None]
+    q_ids, q_counts = quantise_q(probs, denominator)
+    seeds = torch.randint(-(2**62), 2**62, (batch,), generator=generator, dtype=torch.int64)
+    positions = torch.randint(0, 2**40, (batch,), generator=generator, dtype=torch.int64)
+    proposals = sample_drafts(q_ids, q_counts, denominator, seeds, positions)
+    args: Args = {
+        "logits": logits,
+        "draft_tokens": proposals,
+        "temperature": torch.rand(batch, generator=generator) + 0.2,
+        "seed": seeds,
+        "position": positions,
+    }
+    if form == "sparse":
+        args.update(q_ids=q_ids, q_counts=q_counts, denominator=denominator)
+    else:
+        args["q_dense"] = probs.float()
+    got = _kernel(args)
+    _assert_same(got, _reference(args), args)
+    assert got.accepted.tolist() == [drafts] * batch
+    assert torch.equal(got.tokens[:, :drafts], proposals)
+    bonus = got.tokens[:, drafts]
+    assert bool(in_support[torch.arange(batch), drafts, bonus.long()].all())
+
+
+def test_t0_ties_go_to_the_lowest_id_and_signed_zeros_tie() -> None:
+    """V = 2100 (three tiles of 1024 in the interpreter): ties within and across lanes."""
+    vocab, rows = 2100, 3
+    logits = torch.full((8, rows, vocab), -5.0)
+    expected = torch.zeros((8, rows), dtype=torch.int64)
+
+    def put(b: int, r: int, ids: list[int], value: float, want: int) -> None:
+        logits[b, r, ids] = value
+        expected[b, r] = want
+
+    for b in range(8):
+        for r in range(rows):
+            put(b, r, [(37 * b + 11 * r) % vocab], 1.0, (37 * b + 11 * r) % vocab)
+    put(0, 0, [5, 1029], 2.0, 5)  # same lane, different tiles
+    put(0, 1, [6, 1029], 2.0, 6)  # later tile, lower lane
+    put(0, 2, [2099, 2098], 2.0, 2098)
+    logits[1, 0] = -1.0
+    logits[1, 0, 40] = -0.0
+    put(1, 0, [1500], 0.0, 40)  # -0.0 at 40 ties +0.0 at 1500
+    logits[1, 1] = -1.0
+    logits[1, 1, 2000] = -0.0
+    put(1, 1, [3], 0.0, 3)
+    logits[2] = 3.0  # every token equal
+    expected[2] = 0
+    logits[3, :, :2098] = NEG
+    put(3, 0, [2098, 2099], 0.25, 2098)
+    put(3, 1, [2098, 2099], 0.25, 2098)
+    put(3, 2, [2099], 0.25, 2099)
+    generator = torch.Generator().manual_seed(47)
+    rounded = (torch.randn((4, rows, vocab), generator=generator) * 2).round()  # many ties
+    logits[4:] = rounded
+    expected[4:] = _lowest_argmax(rounded)
+    maxima = (rounded == rounded.amax(-1, keepdim=True)).sum(-1)
+    assert int(maxima.max()) > 1  # the rounded rows really hold several maxima
+    drafts = expected[:, :2].to(torch.int32)
+    args: Args = {
+        "logits": logits.to(torch.bfloat16),
+        "draft_tokens": drafts,
+        "temperature": torch.zeros(8),
+        "seed": torch.arange(8, dtype=torch.int64),
+        "position": torch.zeros(8, dtype=torch.int64),
+    }
+    got = _kernel(args)
+    _assert_same(got, _reference(args), args)
+    assert got.tokens.tolist() == expected.to(torch.int32).tolist()
+    assert got.accepted.tolist() == [2] * 8
+
+
+@functools.lru_cache(maxsize=1)
+def _battery() -> tuple[Args, ChainResult]:
+    """256 mixed requests and the kernel's output on them (shared by several tests)."""
+    args = _make(batch=256, drafts=3, vocab=37, seed=53, support=4)
+    return args, _kernel(args)
+
+
+def test_same_inputs_give_the_same_bits_twice() -> None:
+    args, first = _battery()
+    _assert_same(_kernel(args), first, args)
+
+
+def test_permuting_requests_permutes_outputs_bit_for_bit() -> None:
+    args, result = _battery()
+    permutation = torch.randperm(256, generator=torch.Generator().manual_seed(59))
+    permuted = _kernel(_select(args, permutation))
+    _assert_same(permuted, ChainResult(*(t[permutation] for t in result)))
+
+
+def test_a_request_alone_or_in_another_batch_gives_the_same_tokens() -> None:
+    args, result = _battery()
+    alone = _kernel(_select(args, torch.tensor([77])))
+    _assert_same(alone, ChainResult(*(t[77:78] for t in result)))
+    subset = torch.tensor([200, 3, 77, 140, 0])
+    _assert_same(_kernel(_select(args, subset)), ChainResult(*(t[subset] for t in result)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_statuses_in_any_row_and_other_requests_unaffected(dtype: torch.dtype) -> None:
+    args = _make(batch=64, drafts=3, vocab=37, seed=61, dtype=dtype)
+    clean = _reference(args)
+    logits = args["logits"].clone()
+    nan, inf = float("nan"), float("inf")
+    logits[3, 3, 36] = nan  # bonus row, last token: the chain never needs it
+    logits[5, 0, 0] = nan
+    logits[10, 0, 2] = inf
+    logits[11, 2, 20] = inf
+    logits[20, 1, :] = NEG
+    logits[21, 3, :] = NEG
+    logits[30, 0, 0] = inf
+    logits[30, 2, 0] = nan  # NaN is checked before +inf
+    logits[31, 0, :] = NEG
+    logits[31, 3, 4] = inf  # +inf is checked before all -inf
+    logits[32, 1, :] = NEG
+    logits[32, 2, 9] = nan
+    logits[33, :, :] = NEG
+    logits[33, :, 0] = -1e30 if dtype == torch.float32 else -1e38  # finite: still OK
+    statuses = {
+        3: STATUS_NAN,
+        5: STATUS_NAN,
+        10: STATUS_POSINF,
+        11: STATUS_POSINF,
+        20: STATUS_ALL_MASKED,
+        21: STATUS_ALL_MASKED,
+        30: STATUS_NAN,
+        31: STATUS_POSINF,
+        32: STATUS_NAN,
+    }
+    corrupted = {**args, "logits": logits}
+    got = _kernel(corrupted)
+    _assert_same(got, _reference(corrupted), corrupted)
+    assert int(got.status[33]) == STATUS_OK and int(got.tokens[33, int(got.accepted[33])]) == 0
+    for b in range(64):
+        if b in statuses:
+            assert int(got.status[b]) == statuses[b], b
+            assert got.tokens[b].tolist() == [-1] * 4 and int(got.accepted[b]) == 0
+        elif b != 33:
+            assert int(got.status[b]) == STATUS_OK
+            assert got.tokens[b].tolist() == clean.tokens[b].tolist(), b
+            assert int(got.accepted[b]) == int(clean.accepted[b])
+
+
+def test_t0_draws_nothing() -> None:
+    """Eight T0 requests, each repeated 64 times with random seeds and positions."""
+    base = _make(batch=8, drafts=3, vocab=37, seed=67, greedy_share=1.0, q="point")
+    repeat = torch.arange(8).repeat_interleave(64)
+    args = _select(base, repeat)
+    generator = torch.Generator().manual_seed(71)
+    args["seed"] = torch.randint(-(2**62), 2**62, (512,), generator=generator, dtype=torch.int64)
+    args["position"] = torch.randint(-(2**62), 2**62, (512,), generator=generator)
+    got = _kernel(args)
+    _assert_same(got, _reference(args), args)
+    for name, tensor in zip(ChainResult._fields, got, strict=True):
+        grouped = tensor.reshape(8, 64, -1)
+        assert bool((grouped == grouped[:, :1]).all()), f"{name} depends on seed/position"
+    assert len(set(got.accepted.tolist())) > 1  # chains stop at different rows
+
+
+def test_temperature_extremes() -> None:
+    """tau = 1e-3 on logits with gaps >= 1 is greedy; tau = 1e4 is near uniform, no NaN."""
+    generator = torch.Generator().manual_seed(73)
+    n, drafts, vocab = 256, 3, 37
+    logits = torch.stack(
+        [torch.randperm(vocab, generator=generator).float() * 1.5 for _ in range(n * 4)]
+    ).reshape(n, drafts + 1, vocab)
+    greedy = _lowest_argmax(logits[:, :drafts]).to(torch.int32)
+    random_pick = torch.randint(0, vocab, (n, drafts), generator=generator, dtype=torch.int32)
+    proposals = torch.where(torch.rand((n, drafts), generator=generator) < 0.6, greedy, random_pick)
+    q_ids, q_counts = point_mass_q(proposals, 8)
+    seeds = torch.randint(-(2**62), 2**62, (n,), generator=generator, dtype=torch.int64)
+    positions = torch.randint(0, 2**40, (n,), generator=generator, dtype=torch.int64)
+    triple = torch.arange(3 * n) % n
+    temperature = torch.cat([torch.zeros(n), torch.full((n,), 1e-3), torch.full((n,), 1e4)])
+    args: Args = {
+        "logits": logits[triple],
+        "draft_tokens": proposals[triple],
+        "temperature": temperature,
+        "seed": seeds[triple],
+        "position": positions[triple],
+        "q_ids": q_ids[triple],
+        "q_counts": q_counts[triple],
+        "denominator": 8,
+    }
+    got = _kernel(args)
+    _assert_same(got, _reference(args), args)
+    assert bool((got.status == STATUS_OK).all())
+    greedy_out, tiny, huge = (ChainResult(*(t[k * n : (k + 1) * n] for t in got)) for k in range(3))
+    _assert_same(tiny, greedy_out)
+    _assert_well_formed(huge, _select(args, torch.arange(2 * n, 3 * n)))
+    emitted = huge.tokens.gather(1, huge.accepted.long()[:, None])[:, 0]
+    assert len(set(emitted.tolist())) > vocab // 2  # spread out, not collapsed on the argmax
+    # accepting a point mass has probability p(x) ~ 1/37 at tau = 1e4
+    assert float(huge.accepted.float().mean()) < 0.2
+
+
+# --------------------------------------------------------------------------------------
+# Validation: refusal before launch, or STATUS_BAD_DRAFT without it
+# --------------------------------------------------------------------------------------
+
+
+def _small_call() -> Args:
+    """Request 0 T1, request 1 T0, request 2 T1; V = 8, K = 2, C = 16."""
+    return {
+        "logits": torch.zeros((3, 3, 8)),
+        "draft_tokens": torch.tensor([[1, 2], [3, -1], [5, 6]], dtype=torch.int32),
+        "temperature": torch.tensor([1.0, 0.0, 0.7]),
+        "seed": torch.arange(3, dtype=torch.int64),
+        "position": torch.arange(3, dtype=torch.int64) * 10,
+        "q_ids": torch.tensor(
+            [[[1, 4], [2, -1]], [[-1, -1], [-1, -1]], [[5, 0], [6, 7]]], dtype=torch.int32
+        ),
+        "q_counts": torch.tensor(
+            [[[8, 8], [16, 0]], [[0, 0], [0, 0]], [[12, 4], [8, 8]]], dtype=torch.int32
+        ),
+        "denominator": 16,
+    }
+
+
+def _edited(name: str, index: tuple[int, ...], value: float) -> Args:
+    args = _small_call()
+    args[name] = args[name].clone()
+    args[name][index] = value
+    return args
+
+
+def _dense_small_call() -> Args:
+    args = _small_call()
+    for key in ("q_ids", "q_counts", "denominator"):
+        del args[key]
+    dense = torch.full((3, 2, 8), 1 / 8)
+    args["q_dense"] = dense
+    return args
+
+
+REFUSALS: dict[str, tuple[Any, str]] = {
+    "q-mass": (
+        lambda: _edited("q_counts", (0, 0, 1), 9),
+        r"request 0, row 0: q mass 17 != denominator 16",
+    ),
+    "q-of-proposal-zero": (
+        lambda: _edited("draft_tokens", (2, 1), 3),
+        r"request 2, row 1: T1 proposal 3 has q count 0",
+    ),
+    "draft-at-V": (
+        lambda: _edited("draft_tokens", (0, 1), 8),
+        r"request 0, row 1: draft token 8 is out of range; expected -1 .* \[0, 8\)",
+    ),
+    "draft-below-minus-one": (
+        lambda: _edited("draft_tokens", (1, 0), -2),
+        r"request 1, row 0: draft token -2 is out of range",
+    ),
+    "support-id-outside-V": (
+        lambda: _edited("q_ids", (2, 0, 1), 8),
+        r"request 2, row 0: slot 1 has a positive count but id 8",
+    ),
+    "support-duplicate": (
+        lambda: _edited("q_ids", (2, 1, 1), 6),
+        r"request 2, row 1: support id 6 appears more than once",
+    ),
+    "count-negative": (
+        lambda: _edited("q_counts", (2, 0, 1), -4),
+        r"request 2, row 0: q count -4 at slot 1 is negative",
+    ),
+    "negative-temperature": (
+        lambda: _edited("temperature", (2,), -0.5),
+        r"request 2: temperature -0.5 is invalid; expected a finite value >= 0",
+    ),
+    "nan-temperature": (
+        lambda: _edited("temperature", (0,), float("nan")),
+        r"request 0: temperature nan is invalid",
+    ),
+    "draft-shape": (
+        lambda: {**_small_call(), "draft_tokens": torch.zeros((3, 3), dtype=torch.int32)},
+        r"draft_tokens has shape \(3, 3\); expected \(3, 2\)",
+    ),
+    "draft-dtype": (
+        lambda: {**_small_call(), "draft_tokens": torch.zeros((3, 2), dtype=torch.int64)},
+        r"draft_tokens has dtype int64; expected int32",
+    ),
+    "logits-dtype": (
+        lambda: {**_small_call(), "logits": torch.zeros((3, 3, 8), dtype=torch.float64)},
+        r"logits has dtype float64; expected bfloat16, float16 or float32",
+    ),
+    "seed-device": (
+        lambda: {**_small_call(), "seed": torch.zeros(3, dtype=torch.int64, device="meta")},
+        r"seed is on meta but logits is on cpu",
+    ),
+    "denominator": (
+        lambda: {**_small_call(), "denominator": 24},
+        r"denominator 24 is not a power of two",
+    ),
+    "dense-q-of-proposal-zero": (
+        lambda: {
+            **_dense_small_call(),
+            "q_dense": torch.tensor([0.25, 0.0, 0.25, 0.25, 0.25, 0, 0, 0]).expand(3, 2, 8),
+        },
+        r"request 0, row 0: T1 proposal 1 has q_dense = 0.0",
+    ),
+    "dense-q-sum": (
+        lambda: {**_dense_small_call(), "q_dense": torch.full((3, 2, 8), 0.2)},
+        r"request 0, row 0: q_dense sums to 1.6",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSALS))
+def test_validate_refuses_contract_violations(case: str) -> None:
+    build, pattern = REFUSALS[case]
+    with pytest.raises(SelectorInputError, match=pattern):
+        _kernel(build())
+
+
+def _bad_rows_case() -> tuple[Args, dict[int, str]]:
+    """Sparse-q batch with one contract violation on the first chain row of some requests."""
+    args = _make(batch=64, drafts=3, vocab=37, seed=79, support=3, invalid_share=0.0)
+    drafts = args["draft_tokens"].clone()
+    ids, counts = args["q_ids"].clone(), args["q_counts"].clone()
+    t1 = (args["temperature"] > 0).nonzero().flatten().tolist()
+    t0 = (args["temperature"] == 0).nonzero().flatten().tolist()
+    bad: dict[int, str] = {}
+
+    def mark(b: int, why: str) -> None:
+        bad[b] = why
+
+    drafts[t1[0], 0] = 37
+    mark(t1[0], "T1 draft = V")
+    drafts[t1[1], 0] = 2**31 - 1
+    mark(t1[1], "T1 draft 2^31 - 1")
+    drafts[t0[0], 0] = -(2**31)
+    mark(t0[0], "T0 draft -2^31")
+    drafts[t0[1], 0] = 1000
+    mark(t0[1], "T0 draft >= V")
+    victim = t1[2]  # proposal outside its q support
+    drafts[victim, 0] = next(v for v in range(37) if v not in ids[victim, 0].tolist())
+    mark(victim, "q(x) = 0")
+    victim = t1[3]  # a support id far outside [0, V) beside the proposal
+    slot = int((ids[victim, 0] != drafts[victim, 0]).nonzero()[0])
+    ids[victim, 0, slot] = 2**30
+    mark(victim, "support id 2^30")
+    victim = t1[4]  # mass != C
+    counts[victim, 0, int((ids[victim, 0] == drafts[victim, 0]).nonzero()[0])] += 1
+    mark(victim, "mass C + 1")
+    return {**args, "draft_tokens": drafts, "q_ids": ids, "q_counts": counts}, bad
+
+
+def test_without_validation_bad_rows_report_bad_draft() -> None:
+    args, bad = _bad_rows_case()
+    with pytest.raises(SelectorInputError):
+        _kernel(args)
+    got = _kernel(args, validate=False)
+    clean = _reference(args, validate=False)
+    for b in range(64):
+        if b in bad:
+            assert int(got.status[b]) == STATUS_BAD_DRAFT, f"request {b}: {bad[b]}"
+            assert got.tokens[b].tolist() == [-1] * 4 and int(got.accepted[b]) == 0
+        else:
+            assert int(got.status[b]) == STATUS_OK
+    _assert_same(got, clean, args)
+
+
+def test_without_validation_dense_and_missing_q_report_bad_draft() -> None:
+    dense = _dense_small_call()
+    dense["q_dense"] = dense["q_dense"].clone()
+    dense["q_dense"][0, 0, 1] = 0.0  # q(x) = 0 for request 0's first proposal
+    dense["draft_tokens"] = dense["draft_tokens"].clone()
+    dense["draft_tokens"][2, 0] = 2**31 - 1
+    got = _kernel(dense, validate=False)
+    assert got.status.tolist() == [STATUS_BAD_DRAFT, STATUS_OK, STATUS_BAD_DRAFT]
+    _assert_same(got, _reference(dense, validate=False), dense)
+    bare = {k: v for k, v in _small_call().items() if k not in ("q_ids", "q_counts", "denominator")}
+    got = _kernel(bare, validate=False)  # T1 proposals without any q
+    assert got.status.tolist() == [STATUS_BAD_DRAFT, STATUS_OK, STATUS_BAD_DRAFT]
+    _assert_same(got, _reference(bare, validate=False), bare)
+
+
+def test_without_validation_bad_draft_status_does_not_depend_on_where_the_chain_stops() -> None:
+    """A violation on a row after the stopping row is still the request's own violation.
+
+    validate=True refuses these calls whatever the coins say, and the reference reports
+    STATUS_BAD_DRAFT for them; a status that appears or not depending on whether an
+    earlier draft happened to be rejected would make the in-graph status a random variable.
+    """
+    vocab = 10
+    logits = torch.zeros((4, 3, vocab))
+    logits[:, 0, 5] = -30.0  # proposal 5 at row 0: p ~ e^-30, always rejected (T1)
+    logits[1:3, 0, 4] = 5.0  # T0 requests stop at row 0 (argmax 4, proposal 5)
+    drafts = torch.tensor([[5, 99], [5, -7], [5, 3], [5, 3]], dtype=torch.int32)
+    q_ids, q_counts = point_mass_q(drafts.clamp(0, vocab - 1), 16)
+    q_counts = q_counts.clone()
+    q_counts[2, 1, 0] = 5  # T0 request: q row 1 has mass 5 != C (refused by validation)
+    q_counts[3, 1, 0] = 3  # T1 request: q row 1 has mass 3 != C
+    args: Args = {
+        "logits": logits,
+        "draft_tokens": drafts,
+        "temperature": torch.tensor([1.0, 0.0, 0.0, 1.0]),
+        "seed": torch.arange(4, dtype=torch.int64),
+        "position": torch.zeros(4, dtype=torch.int64),
+        "q_ids": q_ids,
+        "q_counts": q_counts,
+        "denominator": 16,
+    }
+    for b in range(4):
+        with pytest.raises(SelectorInputError, match="request 0, row 1"):
+            _kernel(_select(args, torch.tensor([b])))
+    want = _reference(args, validate=False)
+    assert want.status.tolist() == [STATUS_BAD_DRAFT] * 4
+    got = _kernel(args, validate=False)
+    assert got.status.tolist() == want.status.tolist(), (
+        f"kernel statuses {got.status.tolist()}, reference {want.status.tolist()}: a "
+        "violation after the stopping row is not reported"
+    )
+
+
+MALFORMED_Q: dict[str, tuple[list[int], list[int], float]] = {
+    # name: (ids, counts, temperature) of the first row of request 1; its proposal is 1
+    "duplicate-support-id": ([1, 1], [8, 8], 1.0),
+    "negative-count-mass-C": ([1, 2], [20, -4], 1.0),
+    "padding-slot-with-an-id": ([1, 5], [16, 0], 1.0),
+    "t0-row-mass-not-C": ([1, 2], [8, 9], 0.0),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED_Q))
+def test_without_validation_malformed_q_on_a_live_row_reports_bad_draft(case: str) -> None:
+    """DESIGN: a malformed q (mass != C, duplicate or out-of-range support ids) is a contract
+    violation; without validation the request reports STATUS_BAD_DRAFT, as the reference
+    does. Request 0 and 2 are well formed and must be unaffected."""
+    ids, counts, tau = MALFORMED_Q[case]
+    vocab = 10
+    args: Args = {
+        "logits": torch.zeros((3, 2, vocab)),
+        "draft_tokens": torch.tensor([[1], [1], [1]], dtype=torch.int32),
+        "temperature": torch.tensor([1.0, tau, 1.0]),
+        "seed": torch.arange(3, dtype=torch.int64),
+        "position": torch.zeros(3, dtype=torch.int64),
+        "q_ids": torch.tensor([[[1, -1]], [ids], [[1, 3]]], dtype=torch.int32),
+        "q_counts": torch.tensor([[[16, 0]], [counts], [[8, 8]]], dtype=torch.int32),
+        "denominator": 16,
+    }
+    with pytest.raises(SelectorInputError, match="request 1, row 0"):
+        _kernel(args)
+    want = _reference(args, validate=False)
+    assert want.status.tolist() == [STATUS_OK, STATUS_BAD_DRAFT, STATUS_OK]
+    got = _kernel(args, validate=False)
+    _assert_same(got, want, args)
+
+
+# --------------------------------------------------------------------------------------
+# Philox counter layout
+# --------------------------------------------------------------------------------------
+
+
+def test_uniforms_come_from_seed_and_position_through_the_contract_counters() -> None:
+    """Equal logits make both draws readable: V = 32 equal tokens, K = 1.
+
+    Row 0 proposes x with q = {x: n, y: C - n}, p(x) = 1/32, so the kernel accepts iff
+    U(seed, position) * n < C / 32 (threshold 1/(32 n / C) varies per request). After an
+    accept the bonus row (rowpos = position + 1) emits floor(u(seed, position + 1) * 32).
+    """
+    generator = torch.Generator().manual_seed(83)
+    batch, vocab, denominator = 4096, 32, 2**20
+    seeds = torch.randint(-(2**62), 2**62, (batch,), generator=generator, dtype=torch.int64)
+    positions = torch.randint(-(2**62), 2**62, (batch,), generator=generator, dtype=torch.int64)
+    positions[:8] = 2**32 - 1  # rowpos + 1 carries into the high counter word
+    positions[8:16] = -1  # rowpos + 1 wraps to 0 (uint64)
+    counts_x = torch.randint(denominator // 32, denominator, (batch,), generator=generator)
+    x = torch.randint(0, vocab, (batch,), generator=generator, dtype=torch.int32)
+    y = (x + 1 + torch.randint(0, vocab - 1, (batch,), generator=generator)) % vocab
+    q_ids = torch.stack([x, y.to(torch.int32)], -1)[:, None, :]
+    q_counts = torch.stack([counts_x, denominator - counts_x], -1).to(torch.int32)[:, None, :]
+    args: Args = {
+        "logits": torch.zeros((1, 2, vocab)).expand(batch, 2, vocab),
+        "draft_tokens": x[:, None],
+        "temperature": torch.full((batch,), 0.7),
+        "seed": seeds,
+        "position": positions,
+        "q_ids": q_ids,
+        "q_counts": q_counts,
+        "denominator": denominator,
+    }
+    got = _kernel(args)
+    coin = acceptance_uniform(seeds, positions)
+    expect_accept = coin * counts_x.double() < denominator / vocab
+    assert 0 < int(expect_accept.sum()) < batch
+    assert got.accepted.tolist() == expect_accept.long().tolist()
+    accepted = expect_accept.nonzero().flatten()
+    bonus_u = sample_uniform(seeds[accepted], positions[accepted] + 1)
+    assert got.tokens[accepted, 1].tolist() == (bonus_u * vocab).floor().long().tolist()
+    # the batch index never enters: the same request at many batch indices, same tokens
+    same = torch.zeros(batch, dtype=torch.long)
+    replicated = _kernel(_select(args, same))
+    assert bool((replicated.tokens == replicated.tokens[:1]).all())
+    _assert_same(ChainResult(*(t[:1] for t in replicated)), ChainResult(*(t[:1] for t in got)))
+
+
+# --------------------------------------------------------------------------------------
+# Statistical smoke: the first emitted token follows p on every sampled path
+# --------------------------------------------------------------------------------------
+
+_TARGET = torch.tensor([1.0, 0.2, NEG, -0.7, 2.0, 0.5])
+_TAU = 0.8
+_N = 20_000
+
+
+def _law(tau: float = _TAU) -> torch.Tensor:
+    return torch.softmax(_TARGET.double() / tau, dim=-1)
+
+
+def _g_test_p_value(observed: torch.Tensor, p: torch.Tensor) -> float:
+    """G-test of counts against p; any count on a p = 0 token fails outright."""
+    possible = p > 0
+    assert int(observed[~possible].sum()) == 0, f"p = 0 tokens emitted: {observed.tolist()}"
+    expected = p[possible] * observed.sum()
+    assert float(expected.min()) >= 20
+    _, p_value = power_divergence(
+        observed[possible].double().numpy(), expected.numpy(), lambda_="log-likelihood"
+    )
+    return float(p_value)
+
+
+def _seeds_positions(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    seeds = torch.randint(-(2**62), 2**62, (_N,), generator=generator, dtype=torch.int64)
+    positions = torch.randint(0, 2**40, (_N,), generator=generator, dtype=torch.int64)
+    return seeds, positions
+
+
+def _emitted_counts(args: Args, column: int) -> torch.Tensor:
+    result = _kernel(args)
+    assert bool((result.status == STATUS_OK).all())
+    return torch.bincount(result.tokens[:, column].long(), minlength=_TARGET.numel())
+
+
+@functools.lru_cache(maxsize=1)
+def _point_mass_counts() -> torch.Tensor:
+    seeds, positions = _seeds_positions(89)
+    generator = torch.Generator().manual_seed(97)
+    drafts = torch.randint(0, 6, (_N, 2), generator=generator, dtype=torch.int32)
+    q_ids, q_counts = point_mass_q(drafts, 8)
+    args: Args = {
+        "logits": _TARGET.view(1, 1, -1).expand(_N, 3, -1),
+        "draft_tokens": drafts,
+        "temperature": torch.full((_N,), _TAU),
+        "seed": seeds,
+        "position": positions,
+        "q_ids": q_ids,
+        "q_counts": q_counts,
+        "denominator": 8,
+    }
+    return _emitted_counts(args, 0)
+
+
+def test_first_token_law_point_mass_drafts() -> None:
+    assert _g_test_p_value(_point_mass_counts(), _law()) > ALPHA
+
+
+def test_first_token_law_wrong_target_is_rejected() -> None:
+    """The negative control: the same counts against p at tau = 1 instead of 0.8 must fail."""
+    assert _g_test_p_value(_point_mass_counts(), _law(1.0)) < ALPHA
+
+
+def test_first_token_law_sparse_drafts_from_sample_drafts() -> None:
+    seeds, positions = _seeds_positions(101)
+    probs = torch.tensor([0.0, 0.5, 0.25, 0.0, 0.25, 0.0]).expand(_N, 2, 6)  # includes p = 0
+    q_ids, q_counts = quantise_q(probs, 64)
+    assert q_ids.shape[-1] == 3
+    args: Args = {
+        "logits": _TARGET.view(1, 1, -1).expand(_N, 3, -1),
+        "draft_tokens": sample_drafts(q_ids, q_counts, 64, seeds, positions),
+        "temperature": torch.full((_N,), _TAU),
+        "seed": seeds,
+        "position": positions,
+        "q_ids": q_ids,
+        "q_counts": q_counts,
+        "denominator": 64,
+    }
+    assert _g_test_p_value(_emitted_counts(args, 0), _law()) > ALPHA
+
+
+def test_first_token_law_dense_q() -> None:
+    seeds, positions = _seeds_positions(103)
+    q_row = torch.tensor([0.1, 0.3, 0.1, 0.2, 0.1, 0.2])
+    generator = torch.Generator().manual_seed(107)
+    drafts = torch.multinomial(q_row, 2 * _N, replacement=True, generator=generator)
+    args: Args = {
+        "logits": _TARGET.view(1, 1, -1).expand(_N, 3, -1),
+        "draft_tokens": drafts.reshape(_N, 2).to(torch.int32),
+        "temperature": torch.full((_N,), _TAU),
+        "seed": seeds,
+        "position": positions,
+        "q_dense": q_row.expand(_N, 2, 6),
+    }
+    assert _g_test_p_value(_emitted_counts(args, 0), _law()) > ALPHA
+
+
+def test_first_token_law_invalidated_proposal() -> None:
+    seeds, positions = _seeds_positions(109)
+    drafts = torch.full((_N, 2), -1, dtype=torch.int32)
+    args: Args = {
+        "logits": _TARGET.view(1, 1, -1).expand(_N, 3, -1),
+        "draft_tokens": drafts,
+        "temperature": torch.full((_N,), _TAU),
+        "seed": seeds,
+        "position": positions,
+    }
+    assert _g_test_p_value(_emitted_counts(args, 0), _law()) > ALPHA
+
+
+def test_bonus_token_law_when_drafts_equal_the_target() -> None:
+    """Rows 0, 1 uniform on {0, 1, 3, 5} with q = p: always accepted; bonus ~ p_K."""
+    seeds, positions = _seeds_positions(113)
+    uniform = torch.tensor([0.0, 0.0, NEG, 0.0, NEG, 0.0])
+    probs = torch.tensor([0.25, 0.25, 0.0, 0.25, 0.0, 0.25]).expand(_N, 2, 6)
+    q_ids, q_counts = quantise_q(probs, 4)
+    logits = torch.stack([uniform, uniform, _TARGET]).view(1, 3, 6).expand(_N, 3, 6)
+    args: Args = {
+        "logits": logits,
+        "draft_tokens": sample_drafts(q_ids, q_counts, 4, seeds, positions),
+        "temperature": torch.full((_N,), _TAU),
+        "seed": seeds,
+        "position": positions,
+        "q_ids": q_ids,
+        "q_counts": q_counts,
+        "denominator": 4,
+    }
+    result = _kernel(args)
+    assert result.accepted.tolist() == [2] * _N
+    counts = torch.bincount(result.tokens[:, 2].long(), minlength=6)
+    assert _g_test_p_value(counts, _law()) > ALPHA
+
+
+def test_interpreter_plan_is_one_split() -> None:
+    """The plans the tests above rely on: one split, up to 8192 requests per program."""
+    plan = plan_launch(20_000, 3, 6, interpreter=True)
+    assert plan.nsplit == 1 and plan.block_b == 8192 and plan.chunk >= 6
+    plan = plan_launch(128, 3, 1000, interpreter=True)
+    assert plan.nsplit == 1 and plan.block_b == 128 and plan.chunk == 1024

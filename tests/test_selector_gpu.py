@@ -1,0 +1,403 @@
+"""The compiled selector on a CUDA GPU: full vocabulary, CUDA graphs, Philox, statuses, law.
+
+Every test here is marked ``gpu`` and skips itself when no CUDA GPU is visible (or when
+TRITON_INTERPRET is set, which would run V = 129280 through the CPU interpreter). The
+helpers take ``device`` and ``vocab`` so that their logic can also be exercised on small
+shapes; the tests pin them to the sizes that matter (V = 129280, bf16).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+import torch
+from pp3kernels.contract import (
+    STATUS_ALL_MASKED,
+    STATUS_NAN,
+    STATUS_OK,
+    STATUS_POSINF,
+    ChainResult,
+)
+from pp3kernels.drafts import sample_drafts
+from pp3kernels.philox import (
+    acceptance_uniform,
+    sample_uniform,
+    torch_philox_kat,
+    triton_philox_kat,
+)
+from pp3kernels.reference import reference_verify_chain
+from pp3kernels.selector import LaunchPlan, verify_chain
+from pp3kernels.validate import validate_chain_inputs
+from scipy.stats import power_divergence
+
+_INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(
+        not torch.cuda.is_available() or _INTERPRETED,
+        reason="needs a CUDA GPU and compiled Triton (torch.cuda.is_available() is "
+        f"{torch.cuda.is_available()}, TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET')})",
+    ),
+]
+
+DEVICE = "cuda"
+VOCAB = 129_280
+ALPHA = 1e-6
+NEG = float("-inf")
+DENOMINATOR = 1 << 16
+Args = dict[str, Any]
+
+
+def _lowest_argmax(rows: torch.Tensor) -> torch.Tensor:
+    values = rows.float()
+    at_max = values == values.amax(dim=-1, keepdim=True)
+    return at_max.to(torch.int8).argmax(dim=-1)
+
+
+def _make_large(*, batch: int, drafts: int, vocab: int, seed: int, q: str, device: str) -> Args:
+    """A mixed T0/T1 batch generated on ``device``: bf16 logits ~ 3 N(0, 1), a quarter of
+    the rows top-64 masked with -inf, T1 temperatures in [0.3, 1.8], q = "point" (S = 1),
+    "sparse" (S = 4 over C = 2^16, top of a noisy target) or "dense" (fp32 softmax of a
+    noisy target), proposals drawn from q, T0 requests mostly proposing the greedy token,
+    10% invalidated proposals."""
+    generator = torch.Generator(device=device).manual_seed(seed)
+    shape = (batch, drafts + 1, vocab)
+    base = torch.randn(shape, generator=generator, device=device) * 3
+    masked_rows = torch.rand(shape[:2], generator=generator, device=device) < 0.25
+    if vocab > 64:
+        kth = base.topk(64, dim=-1).values[..., -1:]
+        base = torch.where(masked_rows[..., None] & (base < kth), NEG, base)
+    logits = base.to(torch.bfloat16)
+    values = logits.float()
+    temperature = torch.rand(batch, generator=generator, device=device) * 1.5 + 0.3
+    greedy = torch.rand(batch, generator=generator, device=device) < 0.25
+    temperature = torch.where(greedy, 0.0, temperature)
+    seeds = torch.randint(
+        -(2**62), 2**62, (batch,), generator=generator, device=device, dtype=torch.int64
+    )
+    positions = torch.randint(
+        0, 2**40, (batch,), generator=generator, device=device, dtype=torch.int64
+    )
+    args: Args = {
+        "logits": logits,
+        "temperature": temperature,
+        "seed": seeds,
+        "position": positions,
+    }
+    finite = torch.where(values[:, :drafts].isinf(), -12.0, values[:, :drafts])
+    noisy = finite + torch.randn(finite.shape, generator=generator, device=device) * 1.5
+    if q in ("point", "sparse"):
+        width = 1 if q == "point" else 4
+        ids = noisy.topk(width, dim=-1).indices
+        weights = torch.rand(ids.shape, generator=generator, device=device) + 0.1
+        weights = weights / weights.sum(-1, keepdim=True)
+        counts = (weights * DENOMINATOR).floor().clamp(min=1).to(torch.int64)
+        counts[..., 0] += DENOMINATOR - counts.sum(-1)
+        q_ids, q_counts = ids.to(torch.int32), counts.to(torch.int32)
+        proposals = sample_drafts(q_ids, q_counts, DENOMINATOR, seeds, positions)
+        args.update(q_ids=q_ids, q_counts=q_counts, denominator=DENOMINATOR)
+    elif q == "dense":
+        dense = torch.softmax(noisy.double(), dim=-1).to(torch.float32)
+        flat = torch.multinomial(dense.reshape(-1, vocab), 1, generator=generator)
+        proposals = flat.reshape(batch, drafts).to(torch.int32)
+        args["q_dense"] = dense
+    else:
+        raise ValueError(f"unknown q form {q!r}")
+    greedy_pick = _lowest_argmax(values[:, :drafts]).to(torch.int32)
+    use_greedy = torch.rand((batch, drafts), generator=generator, device=device) < 0.7
+    proposals = torch.where(greedy[:, None] & use_greedy, greedy_pick, proposals)
+    invalid = torch.rand((batch, drafts), generator=generator, device=device) < 0.1
+    args["draft_tokens"] = torch.where(invalid, -1, proposals).to(torch.int32)
+    return args
+
+
+def _slice(args: Args, start: int, stop: int) -> Args:
+    return {k: v[start:stop] if isinstance(v, torch.Tensor) else v for k, v in args.items()}
+
+
+def _concat(results: list[ChainResult]) -> ChainResult:
+    return ChainResult(*(torch.cat(parts) for parts in zip(*results, strict=True)))
+
+
+def _compare_with_reference(
+    *, batch: int, drafts: int, q: str, requests: int, vocab: int, device: str, seed: int
+) -> tuple[int, list[str]]:
+    """Run ``requests`` requests through the kernel ``batch`` at a time and the reference.
+
+    Asserts statuses everywhere and T0 rows exactly; returns (number of T1 rows, one line
+    per T1 row whose tokens or accepted count differ).
+    """
+    generation = 64
+    t1_rows = 0
+    mismatches: list[str] = []
+    for start in range(0, requests, generation):
+        args = _make_large(
+            batch=generation, drafts=drafts, vocab=vocab, seed=seed + start, q=q, device=device
+        )
+        validate_chain_inputs(**args)
+        got = _concat(
+            [
+                verify_chain(**_slice(args, b, b + batch), validate=False)
+                for b in range(0, generation, batch)
+            ]
+        )
+        want = reference_verify_chain(**args, validate=False)
+        assert torch.equal(got.status, want.status)
+        t0 = args["temperature"] == 0
+        assert torch.equal(got.tokens[t0], want.tokens[t0]), "T0 tokens differ"
+        assert torch.equal(got.accepted[t0], want.accepted[t0]), "T0 accepted counts differ"
+        t1 = ~t0
+        t1_rows += int(t1.sum())
+        differ = t1 & ((got.tokens != want.tokens).any(-1) | (got.accepted != want.accepted))
+        for b in differ.nonzero().flatten().tolist():
+            mismatches.append(
+                f"request {start + b} (tau {float(args['temperature'][b]):.4f}, seed "
+                f"{int(args['seed'][b])}, position {int(args['position'][b])}): kernel "
+                f"{got.tokens[b].tolist()} accepted {int(got.accepted[b])}, reference "
+                f"{want.tokens[b].tolist()} accepted {int(want.accepted[b])}"
+            )
+    return t1_rows, mismatches
+
+
+@pytest.mark.parametrize("q", ["point", "sparse", "dense"])
+@pytest.mark.parametrize("drafts", [1, 5])
+@pytest.mark.parametrize("batch", [1, 4, 64])
+def test_agrees_with_reference_at_full_vocabulary(batch: int, drafts: int, q: str) -> None:
+    """V = 129280 bf16, 1536 mixed requests per case, launched B at a time.
+
+    T0 must agree exactly. T1 must agree on >= 99.9% of the rows, not 100%: both sample by
+    inverse CDF with the same 52-bit uniform, but the kernel's sums (per-lane running sums
+    in fp32 combined across lanes and splits, chunk masses rescaled by exp(m_chunk - m))
+    use a different summation order from the reference's fp64 row sum, so the target
+    u * total and the running sums differ by a few ulps; a uniform that lands within that
+    rounding of a token boundary picks the neighbour. The same holds for the acceptance
+    test U * n < p_x * C, where p_x = e_x / s inherits the rounding of s. Such a row is a
+    float-rounding event of probability ~1e-7 per boundary, not a law difference.
+    """
+    t1_rows, mismatches = _compare_with_reference(
+        batch=batch,
+        drafts=drafts,
+        q=q,
+        requests=1536,
+        vocab=VOCAB,
+        device=DEVICE,
+        seed=1000 * batch + 10 * drafts + len(q),
+    )
+    rate = 1.0 - len(mismatches) / max(t1_rows, 1)
+    print(f"B={batch} K={drafts} q={q}: T1 agreement {rate:.6f} over {t1_rows} rows")
+    for line in mismatches:
+        print("  mismatch:", line)
+    assert t1_rows > 0
+    assert rate >= 0.999, f"T1 agreement {rate:.6f} < 0.999:\n" + "\n".join(mismatches)
+
+
+def _capture(args: Args) -> tuple[torch.cuda.CUDAGraph, ChainResult]:
+    """Capture verify_chain(validate=False) on ``args`` (static tensors) after a warm-up."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        verify_chain(**args, validate=False)  # compiles the kernel, allocates the counters
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = verify_chain(**args, validate=False)
+    return graph, static_out
+
+
+def test_cuda_graph_replays_with_new_seeds_and_positions() -> None:
+    args = _make_large(batch=8, drafts=3, vocab=VOCAB, seed=7, q="sparse", device=DEVICE)
+    graph, static_out = _capture(args)
+    generator = torch.Generator(device=DEVICE).manual_seed(11)
+    outputs = []
+    for _ in range(4):
+        new_seeds = torch.randint(
+            -(2**62), 2**62, (8,), generator=generator, device=DEVICE, dtype=torch.int64
+        )
+        new_positions = torch.randint(
+            0, 2**40, (8,), generator=generator, device=DEVICE, dtype=torch.int64
+        )
+        args["seed"].copy_(new_seeds)
+        args["position"].copy_(new_positions)
+        graph.replay()
+        torch.cuda.synchronize()
+        replayed = ChainResult(*(t.clone() for t in static_out))
+        eager = verify_chain(
+            **{**args, "seed": new_seeds.clone(), "position": new_positions.clone()}
+        )
+        for name, x, y in zip(ChainResult._fields, replayed, eager, strict=True):
+            assert torch.equal(x, y), f"replay {name} {x.tolist()} != eager {y.tolist()}"
+        outputs.append(replayed.tokens)
+    t1 = args["temperature"] > 0
+    assert any(not torch.equal(outputs[0][t1], other[t1]) for other in outputs[1:]), (
+        "T1 outputs never changed: the replay ignored the new seeds/positions"
+    )
+
+
+def test_triton_philox_known_answers_on_cuda() -> None:
+    assert torch_philox_kat(DEVICE) == []
+    assert triton_philox_kat(DEVICE) == []
+
+
+def _uniform_layout(vocab: int, device: str) -> None:
+    """Equal logits over V = 2^k tokens make both of the kernel's draws readable.
+
+    Row 0 proposes x with q = {x: n, y: C - n}; p(x) = 1/V exactly, so the kernel accepts iff
+    U(seed, position) * n < C / V. After an accept the bonus row (rowpos = position + 1)
+    emits floor(u(seed, position + 1) * V): all sums are exact integers.
+    """
+    generator = torch.Generator(device=device).manual_seed(13)
+    batch, denominator = 512, 1 << 24
+    seeds = torch.randint(
+        -(2**62), 2**62, (batch,), generator=generator, device=device, dtype=torch.int64
+    )
+    positions = torch.randint(
+        -(2**62), 2**62, (batch,), generator=generator, device=device, dtype=torch.int64
+    )
+    positions[:4] = 2**32 - 1  # rowpos + 1 carries into the high counter word
+    low = denominator // vocab
+    counts_x = torch.randint(low, 64 * low, (batch,), generator=generator, device=device)
+    x = torch.randint(0, vocab, (batch,), generator=generator, device=device)
+    y = (x + 1) % vocab
+    args: Args = {
+        "logits": torch.zeros((1, 2, vocab), device=device, dtype=torch.bfloat16).expand(
+            batch, 2, vocab
+        ),
+        "draft_tokens": x[:, None].to(torch.int32),
+        "temperature": torch.full((batch,), 0.9, device=device),
+        "seed": seeds,
+        "position": positions,
+        "q_ids": torch.stack([x, y], -1)[:, None, :].to(torch.int32),
+        "q_counts": torch.stack([counts_x, denominator - counts_x], -1)[:, None, :].to(torch.int32),
+        "denominator": denominator,
+    }
+    got = verify_chain(**args)
+    coin = acceptance_uniform(seeds, positions)
+    expect_accept = coin * counts_x.double() < denominator / vocab
+    assert 0 < int(expect_accept.sum()) < batch
+    assert got.accepted.tolist() == expect_accept.long().tolist()
+    accepted = expect_accept.nonzero().flatten()
+    bonus_u = sample_uniform(seeds[accepted], positions[accepted] + 1)
+    assert got.tokens[accepted, 1].tolist() == (bonus_u * vocab).floor().long().tolist()
+
+
+def test_philox_counter_layout_in_the_kernel_at_large_vocabulary() -> None:
+    _uniform_layout(1 << 17, DEVICE)
+
+
+def _statuses(vocab: int, device: str) -> None:
+    args = _make_large(batch=8, drafts=3, vocab=vocab, seed=17, q="sparse", device=device)
+    clean = reference_verify_chain(**args)
+    logits = args["logits"].clone()
+    last = vocab - 1
+    logits[0, 3, last] = float("nan")  # bonus row, last token, last split
+    logits[1, 1, vocab // 2] = float("inf")
+    logits[2, 2, :] = NEG
+    logits[3, 0, 0] = float("inf")
+    logits[3, 2, last] = float("nan")  # NaN is checked before +inf
+    logits[4, 0, :] = NEG
+    logits[4, 3, 1] = float("inf")  # +inf is checked before all -inf
+    logits[5] = NEG
+    logits[5, :, last] = -3.0  # only the last token is finite: OK, and T0 emits it
+    corrupted = {**args, "logits": logits, "temperature": args["temperature"].clone()}
+    corrupted["temperature"][5] = 0.0
+    corrupted["draft_tokens"] = args["draft_tokens"].clone()
+    corrupted["draft_tokens"][5] = last
+    got = verify_chain(**corrupted)
+    want = reference_verify_chain(**corrupted)
+    for name, x, y in zip(ChainResult._fields, got, want, strict=True):
+        assert torch.equal(x, y), f"{name}: kernel {x.tolist()} reference {y.tolist()}"
+    expected = [STATUS_NAN, STATUS_POSINF, STATUS_ALL_MASKED, STATUS_NAN, STATUS_POSINF]
+    assert got.status.tolist() == expected + [STATUS_OK] * 3
+    assert bool((got.tokens[:5] == -1).all()) and bool((got.accepted[:5] == 0).all())
+    assert got.tokens[5].tolist() == [last] * 4
+    assert torch.equal(got.tokens[6:], clean.tokens[6:])
+    assert torch.equal(got.accepted[6:], clean.accepted[6:])
+
+
+def test_statuses_at_full_vocabulary() -> None:
+    _statuses(VOCAB, DEVICE)
+
+
+def _pooled_g_test(observed: torch.Tensor, p: torch.Tensor) -> float:
+    """G-test with cells pooled in id order from the exact expected counts (each >= 20)."""
+    possible = p > 0
+    assert int(observed[~possible].sum()) == 0, "a token with p = 0 was emitted"
+    total = int(observed.sum())
+    expected = (p[possible] * total).tolist()
+    counts = observed[possible].tolist()
+    cells_observed: list[float] = []
+    cells_expected: list[float] = []
+    run_observed, run_expected = 0.0, 0.0
+    for o, e in zip(counts, expected, strict=True):
+        run_observed += o
+        run_expected += e
+        if run_expected >= 20:
+            cells_observed.append(run_observed)
+            cells_expected.append(run_expected)
+            run_observed, run_expected = 0.0, 0.0
+    if run_expected > 0:
+        cells_observed[-1] += run_observed
+        cells_expected[-1] += run_expected
+    _, p_value = power_divergence(cells_observed, cells_expected, lambda_="log-likelihood")
+    return float(p_value)
+
+
+def _first_token_counts(vocab: int, device: str, plan: LaunchPlan | None) -> torch.Tensor:
+    """20K requests, K = 2, sparse S = 4 drafts whose support spans the vocabulary."""
+    requests, drafts, tau = 20_000, 2, 0.9
+    generator = torch.Generator(device=device).manual_seed(19)
+    target = _target(vocab, device)
+    seeds = torch.randint(
+        -(2**62), 2**62, (requests,), generator=generator, device=device, dtype=torch.int64
+    )
+    positions = torch.randint(
+        0, 2**40, (requests,), generator=generator, device=device, dtype=torch.int64
+    )
+    support = torch.tensor([5, 150, vocab // 2, vocab - 1], device=device, dtype=torch.int32)
+    q_ids = support.expand(requests, drafts, 4).contiguous()
+    q_counts = torch.tensor([16, 8, 4, 4], device=device, dtype=torch.int32).expand(
+        requests, drafts, 4
+    )
+    args: Args = {
+        "logits": target.view(1, 1, vocab).expand(requests, drafts + 1, vocab),
+        "draft_tokens": sample_drafts(q_ids, q_counts, 32, seeds, positions),
+        "temperature": torch.full((requests,), tau, device=device),
+        "seed": seeds,
+        "position": positions,
+        "q_ids": q_ids,
+        "q_counts": q_counts.contiguous(),
+        "denominator": 32,
+    }
+    result = verify_chain(**args, plan=plan)
+    assert bool((result.status == STATUS_OK).all())
+    return torch.bincount(result.tokens[:, 0].long(), minlength=vocab).cpu()
+
+
+def _target(vocab: int, device: str) -> torch.Tensor:
+    """Fixed fp32 target: 1.5 N(0, 1) logits, tokens 100..199 masked (token 150 is in q)."""
+    generator = torch.Generator().manual_seed(23)
+    target = torch.randn(vocab, generator=generator) * 1.5
+    target[100:200] = NEG
+    return target.to(device)
+
+
+def _law(vocab: int, tau: float) -> torch.Tensor:
+    return torch.softmax(_target(vocab, "cpu").double() / tau, dim=-1)
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [None, LaunchPlan(block_b=1, block_v=128, nsplit=8, chunk=128, num_warps=4)],
+    ids=["default-plan", "forced-8-splits"],
+)
+def test_first_token_law_at_v1000(plan: LaunchPlan | None) -> None:
+    """First emitted token ~ p (G-test, alpha 1e-6). The default GPU plan of a 20K-request
+    batch at V = 1000 is a single split (the batch alone fills the GPU), so the split path
+    (atomics, chunk masses, rescanned support chunks 0, 1, 3 and 7 of 8) is forced too."""
+    counts = _first_token_counts(1000, DEVICE, plan)
+    assert _pooled_g_test(counts, _law(1000, 0.9)) > ALPHA
+    # the same counts against the law at the wrong temperature must fail (power check)
+    assert _pooled_g_test(counts, _law(1000, 1.2)) < ALPHA
