@@ -66,7 +66,7 @@ __all__ = [
     "frac_text",
     "member_laws",
     "plan_samples",
-    "proxy_transport",
+    "ProxyTransport",
     "recompute_qualification",
     "run_battery",
     "run_family",
@@ -91,34 +91,63 @@ DraftTransport = Callable[
 ]
 
 
-def proxy_transport(
-    drafts: torch.Tensor,
-    q_ids: torch.Tensor,
-    q_counts: torch.Tensor,
-    denominator: int,
-    temperature: torch.Tensor,
-    request_index: torch.Tensor,
-    generation: int,
-    vocab: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+class ProxyTransport:
     """Send the drafts through ``pp3cli.proxy`` (a real drafter process) and back.
 
     A lost or refused frame comes back as a fallback row (proposals -1), which changes the
-    law, so the family sees it; nothing is patched up here.
+    law, so the family sees it; nothing is patched up here. Every call's frame counts are
+    added up in ``totals`` for the receipt.
     """
-    from pp3cli.proxy import send_drafts_through_proxy
 
-    got_drafts, got_ids, got_counts, _stats = send_drafts_through_proxy(
-        drafts,
-        q_ids.contiguous(),
-        q_counts.contiguous(),
-        denominator,
-        temperature,
-        request_index,
-        generation,
-        vocab_size=vocab,
-    )
-    return got_drafts, got_ids, got_counts
+    def __init__(self) -> None:
+        self.calls = 0
+        self.totals: dict[str, int] = {}
+        self.refused_by_reason: dict[str, int] = {}
+        self.drafter_lost = 0
+
+    def __call__(
+        self,
+        drafts: torch.Tensor,
+        q_ids: torch.Tensor,
+        q_counts: torch.Tensor,
+        denominator: int,
+        temperature: torch.Tensor,
+        request_index: torch.Tensor,
+        generation: int,
+        vocab: int,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        from pp3cli.proxy import send_drafts_through_proxy
+
+        got_drafts, got_ids, got_counts, stats = send_drafts_through_proxy(
+            drafts,
+            q_ids.contiguous(),
+            q_counts.contiguous(),
+            denominator,
+            temperature,
+            request_index,
+            generation,
+            vocab_size=vocab,
+        )
+        record = stats.to_json()
+        self.calls += 1
+        for key in ("rounds", "frames_sent", "frames_received", "frames_accepted"):
+            self.totals[key] = self.totals.get(key, 0) + int(record[key])
+        for key in ("frames_refused", "fallbacks", "rounds_timed_out"):
+            self.totals[key] = self.totals.get(key, 0) + int(record[key])
+        for reason, count in record["refused_by_reason"].items():
+            self.refused_by_reason[reason] = self.refused_by_reason.get(reason, 0) + int(count)
+        self.drafter_lost += int(bool(record["drafter_lost"]))
+        return got_drafts, got_ids, got_counts
+
+    def summary(self) -> dict[str, Any]:
+        """The receipt's ``proxy`` block: frames each way, refusals by reason, fallbacks."""
+        return {
+            "mode": "process",
+            "calls": self.calls,
+            **self.totals,
+            "refused_by_reason": dict(sorted(self.refused_by_reason.items())),
+            "drafter_lost_calls": self.drafter_lost,
+        }
 
 
 class Verifier(Protocol):

@@ -23,7 +23,7 @@ import numpy as np
 import orjson
 from filelock import FileLock
 
-from pp3cli.errors import Pp3Error
+from pp3cli.errors import Pp3Error, UsageProblem
 from pp3cli.scratch import repo_root, utc_stamp
 from pp3cli.sources import git_state, source_digests, subject_names
 
@@ -124,6 +124,27 @@ def _last_manifest_entry(manifest: Path) -> tuple[int, str | None]:
     if not isinstance(seq, int):
         raise Pp3Error(f"{manifest}: last line has no integer seq: {last!r}")
     return seq, sha256_hex(last)
+
+
+def supersede_entries(
+    receipts_dir: Path, files: Sequence[Path], reason: str | None
+) -> list[dict[str, str]]:
+    """``{file, sha256, reason}`` for earlier receipts that a new one supersedes.
+
+    Each file must be a receipt inside ``receipts_dir``; its stored bytes are hashed. A
+    reason is required whenever any file is named.
+    """
+    if files and not reason:
+        raise UsageProblem("--supersedes needs --supersede-reason: say why the old one is replaced")
+    entries = []
+    for given in files:
+        path = given if given.parent != Path(".") else receipts_dir / given
+        if path.resolve().parent != receipts_dir.resolve() or not path.is_file():
+            raise UsageProblem(f"--supersedes {given}: expected a receipt file in {receipts_dir}")
+        entries.append(
+            {"file": path.name, "sha256": sha256_hex(path.read_bytes()), "reason": str(reason)}
+        )
+    return entries
 
 
 def write_receipt(

@@ -231,3 +231,42 @@ def test_cli_plan_prints_samples(tmp_path: Any) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert '"n_needed"' in proc.stdout and "sparse_tails/joint" in proc.stdout
+
+
+def test_proxy_transport_delivers_every_draft_and_counts_the_frames() -> None:
+    """--via-proxy: drafts cross a real drafter process unchanged and the frames are counted."""
+    import torch
+    from pp3kernels import sample_drafts
+
+    from pp3cli.qualify import ProxyTransport
+
+    target = TARGETS[0]
+    n, k = 48, target.k
+    ids, counts = target.q_tensors(torch.device("cpu"))
+    ids = ids.unsqueeze(0).expand(n, k, target.support).contiguous()
+    counts = counts.unsqueeze(0).expand(n, k, target.support).contiguous()
+    index = torch.arange(n, dtype=torch.int64)
+    seeds = torch.full((n,), 11, dtype=torch.int64)
+    drafts = sample_drafts(ids, counts, target.denominator, seeds, 8 * index)
+    temperature = torch.full((n,), target.tau, dtype=torch.float32)
+    transport = ProxyTransport()
+    got_drafts, got_ids, got_counts = transport(
+        drafts, ids, counts, target.denominator, temperature, index, 0, target.vocab
+    )
+    assert torch.equal(got_drafts, drafts)
+    # the same law per row: (id, count) pairs with positive count, whatever the slot order
+    for row in range(n):
+        for i in range(k):
+            sent = sorted(
+                (int(a), int(c)) for a, c in zip(ids[row, i], counts[row, i], strict=True) if c > 0
+            )
+            back = sorted(
+                (int(a), int(c))
+                for a, c in zip(got_ids[row, i], got_counts[row, i], strict=True)
+                if c > 0
+            )
+            assert back == sent, (row, i, sent, back)
+    summary = transport.summary()
+    assert summary["calls"] == 1
+    assert summary["frames_accepted"] == n, summary
+    assert summary["frames_refused"] == 0 and summary["fallbacks"] == 0, summary

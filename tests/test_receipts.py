@@ -196,3 +196,27 @@ def test_register_kind_validates_names(monkeypatch: pytest.MonkeyPatch) -> None:
     assert receipts.register_kind("toy-kind") == "toy-kind" and "toy-kind" in receipts.RECEIPT_KINDS
     with pytest.raises(ValueError, match="Bad_Kind"):
         receipts.register_kind("Bad_Kind")
+
+
+def test_supersede_entries_hash_the_old_receipt_and_need_a_reason(tmp_path: Path) -> None:
+    from pp3cli.errors import UsageProblem
+    from pp3cli.receipts import supersede_entries
+
+    old = tmp_path / "qualification-20260101T000000000000Z.json"
+    old.write_bytes(b'{"a":1}\n')
+    entries = supersede_entries(tmp_path, [old], "counts were missing")
+    assert entries == [
+        {
+            "file": old.name,
+            "sha256": hashlib.sha256(b'{"a":1}\n').hexdigest(),
+            "reason": "counts were missing",
+        }
+    ]
+    assert supersede_entries(tmp_path, [Path(old.name)], "bare name")[0]["file"] == old.name
+    with pytest.raises(UsageProblem, match="--supersede-reason"):
+        supersede_entries(tmp_path, [old], None)
+    elsewhere = tmp_path.parent / "stray.json"
+    elsewhere.write_bytes(b"{}")
+    with pytest.raises(UsageProblem, match="expected a receipt file in"):
+        supersede_entries(tmp_path, [elsewhere], "not a receipt of this folder")
+    assert supersede_entries(tmp_path, [], None) == []

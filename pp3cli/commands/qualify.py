@@ -7,6 +7,7 @@ import importlib
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Annotated, Any
 
 import orjson
@@ -28,14 +29,14 @@ from pp3cli.guard import (
 )
 from pp3cli.qualify import (
     PROFILES,
+    ProxyTransport,
     QualificationReport,
     Verifier,
     plan_samples,
-    proxy_transport,
     requests_for,
     run_qualification,
 )
-from pp3cli.receipts import write_receipt
+from pp3cli.receipts import supersede_entries, write_receipt
 from pp3cli.settings import Settings
 
 
@@ -153,6 +154,17 @@ def qualify_command(
         bool,
         typer.Option("--via-proxy", help="Send every draft through the real drafter proxy."),
     ] = False,
+    supersedes: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--supersedes",
+            help="An earlier receipt (in the receipts folder) that this run replaces; repeatable.",
+        ),
+    ] = None,
+    supersede_reason: Annotated[
+        str | None,
+        typer.Option("--supersede-reason", help="Why the superseded receipts are replaced."),
+    ] = None,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the receipt data as JSON.")
     ] = False,
@@ -201,6 +213,8 @@ def qualify_command(
     device = "cuda" if cuda else "cpu"
     n = requests_for(chosen, alpha, tv)
     started = time.monotonic()
+    superseded = supersede_entries(settings.receipts, supersedes or [], supersede_reason)
+    transport = ProxyTransport() if via_proxy else None
     with guarded("qualify", settings, options, require_gpu=False) as record:
         console = Console(stderr=True)
         columns = (
@@ -227,7 +241,7 @@ def qualify_command(
                 n_greedy=n_greedy,
                 controls=controls,
                 full_controls=full_controls,
-                transport=proxy_transport if via_proxy else None,
+                transport=transport,
                 progress=progress,
             )
         environment = record.environment()
@@ -249,6 +263,8 @@ def qualify_command(
     }
     data = report.to_json()
     data["elapsed_s"] = round(elapsed, 3)
+    if transport is not None:
+        data["proxy"] = transport.summary()
     path = write_receipt(
         settings.receipts,
         "qualification",
@@ -256,6 +272,7 @@ def qualify_command(
         environment=environment,
         data=data,
         verdict=report.verdict,
+        supersedes=superseded,
     )
     if json_output:
         payload = {"receipt": str(path), "verdict": report.verdict, "data": data}
