@@ -592,41 +592,16 @@ def _chain_finish_kernel(
             # Where the non-support remainder is within rounding of the chunk mass (or the
             # row is one chunk), rescan the chunk exactly instead of subtracting.
             rescan = dirty & ((remainder <= full_mass * 3.814697265625e-06) | (NSPLIT == 1))
-            if tl.max(tl.max(rescan.to(tl.int32), axis=1), axis=0) > 0:
-                for c in range(NSPLIT):
-                    rescan_c = tl.max(tl.where(splits[None, :] == c, rescan, 0), axis=1) != 0
-                    if tl.max(rescan_c.to(tl.int32), axis=0) > 0:
-                        total, _t, _b = _chunk_walk(
-                            logits_ptr,
-                            stop_off,
-                            tl.zeros([BLOCK_B], tl.int32) + c * chunk,
-                            V,
-                            chunk,
-                            tl.full([BLOCK_B], float("inf"), tl.float64),
-                            stride_lv,
-                            stop_max,
-                            stop_sum,
-                            inv_tau,
-                            resid,
-                            resid,
-                            qid_ptr,
-                            qcnt_ptr,
-                            q_stop,
-                            stride_qs,
-                            qdense_ptr,
-                            qd_stop,
-                            stride_qdv,
-                            inv_denominator,
-                            Q_MODE,
-                            S,
-                            BLOCK_B,
-                            BLOCK_F,
-                        )
-                        hit = rescan_c[:, None] & (splits[None, :] == c)
-                        mass = tl.where(hit, total[:, None], mass)
-        if Q_MODE == 2:
-            if tl.max(resid.to(tl.int32), axis=0) > 0:
-                for c in range(NSPLIT):
+        elif Q_MODE == 2:
+            # Dense q changes every weight of a rejected row: every chunk is rescanned.
+            rescan = resid[:, None] & split_ok[None, :]
+        else:
+            rescan = tl.zeros([BLOCK_B, NSPLIT_P2], dtype=tl.int1)
+        # Exact rescans: one walk per chunk that needs it, the same sums the draw will use.
+        if tl.max(tl.max(rescan.to(tl.int32), axis=1), axis=0) > 0:
+            for c in range(NSPLIT):
+                rescan_c = tl.max(tl.where(splits[None, :] == c, rescan, 0), axis=1) != 0
+                if tl.max(rescan_c.to(tl.int32), axis=0) > 0:
                     total, _t, _b = _chunk_walk(
                         logits_ptr,
                         stop_off,
@@ -639,7 +614,7 @@ def _chain_finish_kernel(
                         stop_sum,
                         inv_tau,
                         resid,
-                        resid,
+                        rescan_c,
                         qid_ptr,
                         qcnt_ptr,
                         q_stop,
@@ -653,7 +628,7 @@ def _chain_finish_kernel(
                         BLOCK_B,
                         BLOCK_F,
                     )
-                    hit = resid[:, None] & (splits[None, :] == c)
+                    hit = rescan_c[:, None] & (splits[None, :] == c)
                     mass = tl.where(hit, total[:, None], mass)
         mass = tl.where(split_ok[None, :], mass, 0.0)
         cumulative = tl.cumsum(mass, axis=1)
