@@ -34,6 +34,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -785,7 +786,8 @@ def run_probe(
             name: {"available": False, "reason": reason} for name, reason in missing.items()
         }
         for comparator in comparators:
-            entries[comparator.name] = measure_comparator(
+            began = time.monotonic()
+            entry = measure_comparator(
                 comparator,
                 input_sets,
                 rounds=config.rounds,
@@ -794,6 +796,14 @@ def run_probe(
                 timer=timer,
                 capture=capture,
                 synchronize=synchronize,
+            )
+            # Wall time of check + capture + timing (JIT compiles included): not a result.
+            entry["wall_s"] = round(time.monotonic() - began, 3)
+            entries[comparator.name] = entry
+            median = entry["summary"]["median"] if entry.get("summary") else None
+            progress(
+                f"    {comparator.name}: median {'-' if median is None else f'{median:.2f}'} µs"
+                f" ({entry['wall_s']:.1f} s wall, {len(input_sets)} input sets)"
             )
         del input_sets
         floor = floor_us(case.bytes_read(), bandwidth)

@@ -229,7 +229,11 @@ def qualify_command(
             def progress(task: str, done: int, total: int) -> None:
                 if task not in tasks:
                     tasks[task] = bars.add_task(task, total=total)
+                    if not console.is_terminal:  # a log file gets one line per task
+                        console.print(f"{time.monotonic() - started:8.1f}s start {task}")
                 bars.update(tasks[task], completed=done)
+                if done >= total and not console.is_terminal:
+                    console.print(f"{time.monotonic() - started:8.1f}s done  {task} {done}/{total}")
 
             report = run_qualification(
                 chosen,

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# One device call of evidence, from the repository root on the GPU machine:
+#   bash bench/device_session.sh STAGE...     (carry [".whl", ".overlay", ".triton-cache"])
+# Stages, run in the order given, each time-boxed, all output logged to $OUT/session.log:
+#   tests      pytest -m gpu (in the background, beside the next stages)
+#   qualify    pp3 qualify --profile strict      oracle   pp3 oracle --device cuda
+#   probe ARGS [then]  pp3 probe with the following words (up to "then") as its options
+# Receipts and the manifest are copied to $OUT; the Triton cache is returned as a tarball
+# (TRITON_CACHE_DIR lives in the repository, git-ignored, so a later call can carry it).
+set -o pipefail
+start=$(date +%s)
+elapsed() { echo $(( $(date +%s) - start )); }
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit 3
+python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >/dev/null 2>&1 || exit 3
+export PP3_SCRATCH=/tmp/pp3-scratch PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=$PWD/.triton-cache
+mkdir -p receipts "$TRITON_CACHE_DIR"
+marker=$(mktemp)
+log=$OUT/session.log
+say() { echo "== [$(elapsed)s] $*" | tee -a "$log"; }
+nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.sm --format=csv | tee -a "$log"
+tests_pid=
+while [ $# -gt 0 ]; do
+  stage=$1; shift
+  case $stage in
+    tests)
+      say "pytest -m gpu (background)"
+      (timeout 420 python3 -m pytest -q -m gpu tests -p no:cacheprovider --durations=8 \
+        >"$OUT/pytest_gpu.log" 2>&1; echo "pytest exit $?" >>"$OUT/pytest_gpu.log") &
+      tests_pid=$! ;;
+    qualify)
+      say "qualify strict"
+      timeout 400 python3 -m pp3cli qualify --profile strict 2>&1 | tail -60 | tee -a "$log"
+      say "qualify exit ${PIPESTATUS[0]}" ;;
+    oracle)
+      say "oracle"
+      timeout 100 python3 -m pp3cli oracle --device cuda 2>&1 | tail -20 | tee -a "$log"
+      say "oracle exit ${PIPESTATUS[0]}" ;;
+    probe)
+      args=()
+      while [ $# -gt 0 ] && [ "$1" != then ]; do args+=("$1"); shift; done
+      [ $# -gt 0 ] && shift  # the word "then"
+      say "probe ${args[*]}"
+      timeout $(( 570 - $(elapsed) )) python3 -m pp3cli probe --overlay .overlay/vllm-0.33.0 \
+        "${args[@]}" 2>&1 | tee -a "$log" | tail -80
+      say "probe exit ${PIPESTATUS[0]}" ;;
+    *) say "unknown stage $stage"; exit 2 ;;
+  esac
+done
+if [ -n "$tests_pid" ]; then wait "$tests_pid"; say "tests done"; tail -30 "$OUT/pytest_gpu.log"; fi
+mkdir -p "$OUT/receipts"  # only the receipts this call wrote (8 files come back at most)
+find receipts -maxdepth 1 -name '*.json' -newer "$marker" -exec cp {} "$OUT/receipts/" \;
+cp receipts/MANIFEST.jsonl "$OUT/receipts/"
+tar -czf "$OUT/triton-cache.tgz" -C "$TRITON_CACHE_DIR" . && ls -la "$OUT/triton-cache.tgz"
+say "end"
