@@ -3,10 +3,12 @@
 #   bash bench/device_session.sh STAGE...     (carry [".whl", ".overlay", ".triton-cache"])
 # Stages, run in the order given, each time-boxed, all output logged to $OUT/session.log:
 #   tests      pytest -m gpu (in the background, beside the next stages)
+#   pytest ARGS [then]  pytest -m gpu ARGS in the foreground (e.g. -k some_test)
 #   qualify    pp3 qualify --profile strict      oracle   pp3 oracle --device cuda
 #   probe ARGS [then]  pp3 probe with the following words (up to "then") as its options
 # Receipts and the manifest are copied to $OUT; the Triton cache is returned as a tarball
-# (TRITON_CACHE_DIR lives in the repository, git-ignored, so a later call can carry it).
+# (TRITON_CACHE_DIR lives in the repository, git-ignored; carry .triton-cache.tgz, the
+# tarball an earlier call returned, and compiled kernels of unchanged source are reused).
 set -o pipefail
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
@@ -15,6 +17,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >/dev/null 2>&1 || exit 3
 export PP3_SCRATCH=/tmp/pp3-scratch PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=$PWD/.triton-cache
 mkdir -p receipts "$TRITON_CACHE_DIR"
+[ -f .triton-cache.tgz ] && tar -xzf .triton-cache.tgz -C "$TRITON_CACHE_DIR"
 marker=$(mktemp)
 log=$OUT/session.log
 say() { echo "== [$(elapsed)s] $*" | tee -a "$log"; }
@@ -28,6 +31,14 @@ while [ $# -gt 0 ]; do
       (timeout 420 python3 -m pytest -q -m gpu tests -p no:cacheprovider --durations=8 \
         >"$OUT/pytest_gpu.log" 2>&1; echo "pytest exit $?" >>"$OUT/pytest_gpu.log") &
       tests_pid=$! ;;
+    pytest)
+      args=()
+      while [ $# -gt 0 ] && [ "$1" != then ]; do args+=("$1"); shift; done
+      [ $# -gt 0 ] && shift
+      say "pytest -m gpu ${args[*]}"
+      timeout 420 python3 -m pytest -q -m gpu tests -p no:cacheprovider "${args[@]}" 2>&1 \
+        | tee "$OUT/pytest_fg.log" | tail -40 | tee -a "$log"
+      say "pytest exit ${PIPESTATUS[0]}" ;;
     qualify)
       say "qualify strict"
       timeout 400 python3 -m pp3cli qualify --profile strict 2>&1 | tail -60 | tee -a "$log"

@@ -5,9 +5,8 @@ import sys
 import traceback
 from contextlib import redirect_stderr
 
-import torch
-
 import pp3kernels as pk
+import torch
 from pp3kernels.selector import LaunchPlan, plan_launch, verify_chain
 
 V, K = 129280, 5

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from chain_rounding import EPSILON, rounding_distance
 from pp3kernels.contract import (
     STATUS_ALL_MASKED,
     STATUS_NAN,
@@ -123,15 +124,17 @@ def _concat(results: list[ChainResult]) -> ChainResult:
 
 def _compare_with_reference(
     *, batch: int, drafts: int, q: str, requests: int, vocab: int, device: str, seed: int
-) -> tuple[int, list[str]]:
+) -> tuple[int, list[str], list[tuple[str, float]]]:
     """Run ``requests`` requests through the kernel ``batch`` at a time and the reference.
 
     Asserts statuses everywhere and T0 rows exactly; returns (number of T1 rows, one line
-    per T1 row whose tokens or accepted count differ).
+    per T1 row whose tokens or accepted count differ, and each such row's
+    ``rounding_distance``).
     """
     generation = 64
     t1_rows = 0
     mismatches: list[str] = []
+    distances: list[tuple[str, float]] = []
     for start in range(0, requests, generation):
         args = _make_large(
             batch=generation, drafts=drafts, vocab=vocab, seed=seed + start, q=q, device=device
@@ -158,7 +161,15 @@ def _compare_with_reference(
                 f"{got.tokens[b].tolist()} accepted {int(got.accepted[b])}, reference "
                 f"{want.tokens[b].tolist()} accepted {int(want.accepted[b])}"
             )
-    return t1_rows, mismatches
+            distances.append(
+                rounding_distance(
+                    args,
+                    b,
+                    (got.tokens[b].tolist(), int(got.accepted[b])),
+                    (want.tokens[b].tolist(), int(want.accepted[b])),
+                )
+            )
+    return t1_rows, mismatches, distances
 
 
 @pytest.mark.parametrize("q", ["point", "sparse", "dense"])
@@ -167,16 +178,17 @@ def _compare_with_reference(
 def test_agrees_with_reference_at_full_vocabulary(batch: int, drafts: int, q: str) -> None:
     """V = 129280 bf16, 1536 mixed requests per case, launched B at a time.
 
-    T0 must agree exactly. T1 must agree on >= 99.9% of the rows, not 100%: both sample by
-    inverse CDF with the same 52-bit uniform, but the kernel's sums (per-lane running sums
-    in fp32 combined across lanes and splits, chunk masses rescaled by exp(m_chunk - m))
-    use a different summation order from the reference's fp64 row sum, so the target
-    u * total and the running sums differ by a few ulps; a uniform that lands within that
-    rounding of a token boundary picks the neighbour. The same holds for the acceptance
-    test U * n < p_x * C, where p_x = e_x / s inherits the rounding of s. Such a row is a
-    float-rounding event of probability ~1e-7 per boundary, not a law difference.
+    T0 must agree exactly. On T1 rows the kernel and the reference use the same uniforms
+    but sum in different orders and precisions, so a uniform that lands within rounding
+    of a token boundary (or U q_x within rounding of p_x) may pick the neighbouring
+    outcome. Every T1 disagreement must be such an event: its distance from the fp64
+    procedure, measured by ``chain_rounding.rounding_distance``, must be <= EPSILON
+    (2e-6, below the 1 / V = 7.7e-6 of a one-token slip on a flat row). A fixed
+    agreement rate is not the test: the chance of a boundary event is the rounding over
+    the width of the token drawn, which depends on the row (an earlier 99.9% threshold
+    failed with 2 explained disagreements in 1156 rows).
     """
-    t1_rows, mismatches = _compare_with_reference(
+    t1_rows, mismatches, distances = _compare_with_reference(
         batch=batch,
         drafts=drafts,
         q=q,
@@ -187,10 +199,15 @@ def test_agrees_with_reference_at_full_vocabulary(batch: int, drafts: int, q: st
     )
     rate = 1.0 - len(mismatches) / max(t1_rows, 1)
     print(f"B={batch} K={drafts} q={q}: T1 agreement {rate:.6f} over {t1_rows} rows")
-    for line in mismatches:
-        print("  mismatch:", line)
+    for line, (kind, distance) in zip(mismatches, distances, strict=True):
+        print(f"  mismatch ({kind}, distance {distance:.3g}):", line)
     assert t1_rows > 0
-    assert rate >= 0.999, f"T1 agreement {rate:.6f} < 0.999:\n" + "\n".join(mismatches)
+    unexplained = [
+        f"{line} [{kind} distance {distance:.3g}]"
+        for line, (kind, distance) in zip(mismatches, distances, strict=True)
+        if not distance <= EPSILON
+    ]
+    assert not unexplained, "T1 disagreements beyond rounding:\n" + "\n".join(unexplained)
 
 
 def _capture(args: Args) -> tuple[torch.cuda.CUDAGraph, ChainResult]:
