@@ -4,7 +4,8 @@
 # Stages, run in the order given, each time-boxed, all output logged to $OUT/session.log:
 #   tests      pytest -m gpu (in the background, beside the next stages)
 #   pytest ARGS [then]  pytest -m gpu ARGS in the foreground (e.g. -k some_test)
-#   qualify    pp3 qualify --profile strict      oracle   pp3 oracle --device cuda
+#   qualify ARGS [then]  pp3 qualify --profile strict ARGS
+#   oracle ARGS [then]   pp3 oracle --device cuda ARGS
 #   probe ARGS [then]  pp3 probe with the following words (up to "then") as its options
 # Receipts and the manifest are copied to $OUT; the Triton cache is returned as a tarball
 # (TRITON_CACHE_DIR lives in the repository, git-ignored; carry .triton-cache.tgz, the
@@ -40,12 +41,18 @@ while [ $# -gt 0 ]; do
         | tee "$OUT/pytest_fg.log" | tail -40 | tee -a "$log"
       say "pytest exit ${PIPESTATUS[0]}" ;;
     qualify)
-      say "qualify strict"
-      timeout 400 python3 -m pp3cli qualify --profile strict 2>&1 | tail -60 | tee -a "$log"
+      args=()
+      while [ $# -gt 0 ] && [ "$1" != then ]; do args+=("$1"); shift; done
+      [ $# -gt 0 ] && shift
+      say "qualify --profile strict ${args[*]}"
+      timeout 400 python3 -m pp3cli qualify --profile strict "${args[@]}" 2>&1 | tail -60 | tee -a "$log"
       say "qualify exit ${PIPESTATUS[0]}" ;;
     oracle)
-      say "oracle"
-      timeout 100 python3 -m pp3cli oracle --device cuda 2>&1 | tail -20 | tee -a "$log"
+      args=()
+      while [ $# -gt 0 ] && [ "$1" != then ]; do args+=("$1"); shift; done
+      [ $# -gt 0 ] && shift
+      say "oracle --device cuda ${args[*]}"
+      timeout 100 python3 -m pp3cli oracle --device cuda "${args[@]}" 2>&1 | tail -60 | tee -a "$log"
       say "oracle exit ${PIPESTATUS[0]}" ;;
     probe)
       args=()

@@ -128,3 +128,17 @@ def test_real_process_exit_codes(folders: dict[str, Path], lock_held: int) -> No
             f"pp3 {' '.join(args)}: exit {process.returncode}, expected {expected_code}\n{output}"
         )
         assert fragment in output, f"pp3 {' '.join(args)}: {fragment!r} not in\n{output}"
+
+
+@pytest.mark.parametrize("command", ["oracle", "probe", "qualify"])
+def test_supersedes_is_checked_before_anything_runs(command: str, tmp_path: Path) -> None:
+    receipts = tmp_path / "receipts"
+    receipts.mkdir()
+    base = ["--receipts", str(receipts), "--scratch", str(tmp_path / "s"), command]
+    code, output = invoke([*base, "--supersedes", str(receipts / "absent.json")])
+    assert code == 2 and "--supersede-reason" in output
+    code, output = invoke(
+        [*base, "--supersedes", str(receipts / "absent.json"), "--supersede-reason", "rerun"]
+    )
+    assert code == 2 and "absent.json" in output
+    assert list(receipts.iterdir()) == []

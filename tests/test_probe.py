@@ -342,3 +342,43 @@ def test_vllm_comparator_checks_masked_outputs() -> None:
         capture=probe.eager_rounds,
     )
     assert all(entry["checks"].values()), entry["checks"]
+
+
+def test_slow_comparator_gets_one_graph_of_sets_and_few_replays() -> None:
+    calls: list[int] = []
+
+    def counted(logits: torch.Tensor, draft_tokens: torch.Tensor, *args: Any, **kw: Any) -> Any:
+        calls.append(1)
+        return greedy_verifier(logits, draft_tokens)
+
+    config = probe.ProbeConfig(
+        batches=(2,),
+        depths=(2,),
+        vocab=97,
+        t0_shares=(0.0,),
+        rounds=2,
+        replays=9,
+        slow_replays=2,
+    )
+    comparators = [
+        probe.chain_verifier_comparator("selector", greedy_verifier),
+        probe.chain_verifier_comparator("reference", counted, slow=True),
+    ]
+    data = probe.run_probe(
+        config,
+        device="cpu",
+        comparators=comparators,
+        missing={},
+        timer=counting_timer(),
+        capture=probe.eager_rounds,
+        l2_bytes=4000,
+        copy=None,
+    )
+    case = data["cases"][0]
+    assert case["input_sets"] > config.rounds  # the kernels rotate over every set
+    assert len(case["comparators"]["selector"]["times_us"]) == 9
+    reference = case["comparators"]["reference"]
+    assert len(reference["times_us"]) == 2 and reference["input_sets"] == config.rounds
+    # eager check of 2 sets + 1 warm-up replay of 2 calls + 2 timed replays of 2 calls
+    assert len(calls) == 2 + 2 + 4
+    assert data["checks_passed"] is True

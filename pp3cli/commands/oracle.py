@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pp3cli import oracle
+from pp3cli.commands.options import SupersedeReasonOption, SupersedesOption
 from pp3cli.errors import CheckFailed, EnvironmentProblem, UsageProblem
 from pp3cli.guard import (
     CpusOption,
@@ -22,6 +23,7 @@ from pp3cli.guard import (
     guarded,
     maybe_detach,
 )
+from pp3cli.receipts import supersede_entries, write_receipt
 from pp3cli.settings import Settings
 
 DEFAULT_N_GPU = 200_000
@@ -98,6 +100,8 @@ def register(app: typer.Typer) -> None:
         json_output: Annotated[
             bool, typer.Option("--json", help="Print the receipt data as JSON on stdout.")
         ] = False,
+        supersedes: SupersedesOption = None,
+        supersede_reason: SupersedeReasonOption = None,
         cpus: CpusOption = None,
         nice: NiceOption = 19,
         threads: ThreadsOption = 8,
@@ -121,6 +125,7 @@ def register(app: typer.Typer) -> None:
         options = guard_options(cpus, nice, threads, expect_power_limit, detach)
         if maybe_detach("oracle", settings, options, sys.argv[1:]):
             return
+        superseded = supersede_entries(settings.receipts, supersedes or [], supersede_reason)
         progress = Console(stderr=True)
         with guarded("oracle", settings, options, require_gpu=False) as record:
             resolved = resolve_device(device)
@@ -138,8 +143,6 @@ def register(app: typer.Typer) -> None:
                 progress=lambda message: progress.print(message),
             )
             environment = record.environment()
-        from pp3cli.receipts import write_receipt
-
         path = write_receipt(
             settings.receipts,
             "oracle",
@@ -147,6 +150,7 @@ def register(app: typer.Typer) -> None:
             environment=environment,
             data=result["data"],
             verdict=result["verdict"],
+            supersedes=superseded,
         )
         if json_output:
             typer.echo(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())

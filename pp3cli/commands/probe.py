@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pp3cli import probe
+from pp3cli.commands.options import SupersedeReasonOption, SupersedesOption
 from pp3cli.errors import CheckFailed, UsageProblem
 from pp3cli.guard import (
     CpusOption,
@@ -24,6 +25,7 @@ from pp3cli.guard import (
     guarded,
     maybe_detach,
 )
+from pp3cli.receipts import supersede_entries, write_receipt
 from pp3cli.settings import Settings
 
 
@@ -95,6 +97,10 @@ def register(app: typer.Typer) -> None:
         rounds: Annotated[int, typer.Option("--rounds", help="Calls per CUDA graph.")] = 10,
         warmup: Annotated[int, typer.Option("--warmup", help="Untimed replays per graph.")] = 3,
         replays: Annotated[int, typer.Option("--replays", help="Timed replays per case.")] = 100,
+        slow_replays: Annotated[
+            int,
+            typer.Option("--slow-replays", help="Timed replays of the eager torch reference."),
+        ] = 3,
         seed: Annotated[int, typer.Option("--seed", help="Seed of the synthetic inputs.")] = 0,
         rotate: Annotated[
             bool,
@@ -122,6 +128,8 @@ def register(app: typer.Typer) -> None:
         json_output: Annotated[
             bool, typer.Option("--json", help="Print the receipt data as JSON on stdout.")
         ] = False,
+        supersedes: SupersedesOption = None,
+        supersede_reason: SupersedeReasonOption = None,
         cpus: CpusOption = None,
         nice: NiceOption = 19,
         threads: ThreadsOption = 8,
@@ -145,6 +153,7 @@ def register(app: typer.Typer) -> None:
             rounds=rounds,
             warmup=warmup,
             replays=replays,
+            slow_replays=slow_replays,
             seed=seed,
             rotate_inputs=rotate,
             require_vllm=require_vllm,
@@ -161,6 +170,7 @@ def register(app: typer.Typer) -> None:
             else:
                 Console().print(case_list_table(cases, probe.NOMINAL_COPY_BANDWIDTH))
             return
+        superseded = supersede_entries(settings.receipts, supersedes or [], supersede_reason)
         options = guard_options(cpus, nice, threads, expect_power_limit, detach)
         if maybe_detach("probe", settings, options, sys.argv[1:]):
             return
@@ -170,8 +180,6 @@ def register(app: typer.Typer) -> None:
         data["vllm_overlay"] = overlay_info
         verdict = probe.verdict_of(data)
         parameters = {**asdict(config), "copy_mib": copy_mib}
-        from pp3cli.receipts import write_receipt
-
         path = write_receipt(
             settings.receipts,
             "probe",
@@ -179,6 +187,7 @@ def register(app: typer.Typer) -> None:
             environment=record.environment(),
             data=data,
             verdict=verdict,
+            supersedes=superseded,
         )
         if json_output:
             typer.echo(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode())

@@ -7,7 +7,6 @@ import importlib
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Annotated, Any
 
 import orjson
@@ -16,6 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from pp3cli.commands.options import SupersedeReasonOption, SupersedesOption
 from pp3cli.errors import CheckFailed, EnvironmentProblem, UsageProblem
 from pp3cli.guard import (
     CpusOption,
@@ -154,17 +154,8 @@ def qualify_command(
         bool,
         typer.Option("--via-proxy", help="Send every draft through the real drafter proxy."),
     ] = False,
-    supersedes: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--supersedes",
-            help="An earlier receipt (in the receipts folder) that this run replaces; repeatable.",
-        ),
-    ] = None,
-    supersede_reason: Annotated[
-        str | None,
-        typer.Option("--supersede-reason", help="Why the superseded receipts are replaced."),
-    ] = None,
+    supersedes: SupersedesOption = None,
+    supersede_reason: SupersedeReasonOption = None,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the receipt data as JSON.")
     ] = False,
