@@ -127,7 +127,7 @@ def main() -> int:
             name = f"B{batch}K{K} {'T0' if t0 else 'T1'}"
             rows.append(
                 f"{name:10s} full {full:7.2f}  hbm {hbm:7.2f} ({sets} sets)  stats {stats:7.2f}"
-                f"  finish {full - stats:7.2f}  plan {plan_launch(batch, K + 1, V, interpreter=CPU)}"
+                f"  finish {full - stats:7.2f}  {plan_launch(batch, K + 1, V, interpreter=CPU)}"
             )
             print(rows[-1], flush=True)
             del rotating
@@ -146,14 +146,14 @@ def main() -> int:
                     try:
                         got = run_case(inputs, plan)
                         same = torch.equal(got.tokens, check.tokens)
-                        t_full = time_graph([lambda plan=plan: run_case(inputs, plan)])
+                        t_full = time_graph([lambda i=inputs, p=plan: run_case(i, p)])
                         t_stats = stats_only(inputs, plan)
                     except Exception as err:  # a plan that does not compile is a result too
                         rows.append(f"    plan {plan}: {type(err).__name__}: {err}"[:300])
                         print(rows[-1], flush=True)
                         continue
                     rows.append(
-                        f"    plan bv={block_v:4d} w={warps} chunk={chunk:5d} nsplit={plan.nsplit:4d}"
+                        f"    plan bv={block_v:4d} w={warps} chunk={chunk:5d} ns={plan.nsplit:4d}"
                         f"  full {t_full:7.2f}  stats {t_stats:7.2f}  same tokens {same}"
                     )
                     print(rows[-1], flush=True)
