@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # One device call of evidence, from the repository root on the GPU machine:
-#   bash bench/device_session.sh STAGE...     (carry [".whl", ".overlay", ".triton-cache"])
-# Stages, run in the order given, each time-boxed, all output logged to $OUT/session.log:
-#   tests      pytest -m gpu (in the background, beside the next stages)
-#   pytest ARGS [then]  pytest -m gpu ARGS in the foreground (e.g. -k some_test)
-#   qualify ARGS [then]  pp3 qualify --profile strict ARGS
-#   oracle ARGS [then]   pp3 oracle --device cuda ARGS
-#   probe ARGS [then]  pp3 probe with the following words (up to "then") as its options
+#   bash bench/device_session.sh STAGE [ARGS] [then STAGE [ARGS]]...
+#   (carry [".whl", ".overlay", ".triton-cache.tgz"]); e.g. `tests then qualify then probe --batch 1,64`
+# Stages, run in the order given, each time-boxed, all output logged to $OUT/session.log;
+# each stage's ARGS (the words up to the next "then") go to its command:
+#   tests    pytest -m gpu ARGS in the background, beside the next stages
+#   pytest   pytest -m gpu ARGS in the foreground (e.g. -k some_test)
+#   qualify  pp3 qualify --profile strict ARGS
+#   oracle   pp3 oracle --device cuda ARGS
+#   probe    pp3 probe --overlay .overlay/vllm-0.33.0 ARGS
 # Receipts and the manifest are copied to $OUT; the Triton cache is returned as a tarball
 # (TRITON_CACHE_DIR lives in the repository, git-ignored; carry .triton-cache.tgz, the
 # tarball an earlier call returned, and compiled kernels of unchanged source are reused).
@@ -26,39 +28,26 @@ nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.sm --format=csv | 
 tests_pid=
 while [ $# -gt 0 ]; do
   stage=$1; shift
+  args=()  # the stage's own words, up to the next "then"
+  while [ $# -gt 0 ] && [ "$1" != then ]; do args+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  say "$stage ${args[*]}"
   case $stage in
     tests)
-      say "pytest -m gpu (background)"
       (timeout 420 python3 -m pytest -q -m gpu tests -p no:cacheprovider --durations=8 \
-        >"$OUT/pytest_gpu.log" 2>&1; echo "pytest exit $?" >>"$OUT/pytest_gpu.log") &
+        "${args[@]}" >"$OUT/pytest_gpu.log" 2>&1; echo "pytest exit $?" >>"$OUT/pytest_gpu.log") &
       tests_pid=$! ;;
     pytest)
-      args=()
-      while [ $# -gt 0 ] && [ "$1" != then ]; do args+=("$1"); shift; done
-      [ $# -gt 0 ] && shift
-      say "pytest -m gpu ${args[*]}"
       timeout 420 python3 -m pytest -q -m gpu tests -p no:cacheprovider "${args[@]}" 2>&1 \
         | tee "$OUT/pytest_fg.log" | tail -40 | tee -a "$log"
       say "pytest exit ${PIPESTATUS[0]}" ;;
     qualify)
-      args=()
-      while [ $# -gt 0 ] && [ "$1" != then ]; do args+=("$1"); shift; done
-      [ $# -gt 0 ] && shift
-      say "qualify --profile strict ${args[*]}"
       timeout 400 python3 -m pp3cli qualify --profile strict "${args[@]}" 2>&1 | tail -60 | tee -a "$log"
       say "qualify exit ${PIPESTATUS[0]}" ;;
     oracle)
-      args=()
-      while [ $# -gt 0 ] && [ "$1" != then ]; do args+=("$1"); shift; done
-      [ $# -gt 0 ] && shift
-      say "oracle --device cuda ${args[*]}"
       timeout 100 python3 -m pp3cli oracle --device cuda "${args[@]}" 2>&1 | tail -60 | tee -a "$log"
       say "oracle exit ${PIPESTATUS[0]}" ;;
     probe)
-      args=()
-      while [ $# -gt 0 ] && [ "$1" != then ]; do args+=("$1"); shift; done
-      [ $# -gt 0 ] && shift  # the word "then"
-      say "probe ${args[*]}"
       timeout $(( 570 - $(elapsed) )) python3 -m pp3cli probe --overlay .overlay/vllm-0.33.0 \
         "${args[@]}" 2>&1 | tee -a "$log" | tail -80
       say "probe exit ${PIPESTATUS[0]}" ;;
