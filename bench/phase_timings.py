@@ -27,6 +27,8 @@ import triton.language as tl
 from pp3kernels import point_mass_q
 from pp3kernels.selector import LaunchPlan, plan_launch, verify_chain
 
+from pp3cli import probe
+
 CPU = "--cpu" in sys.argv
 DEV = "cpu" if CPU else "cuda"
 V = 1531 if CPU else 129280
@@ -59,34 +61,21 @@ def make_inputs(batch: int, t0: bool, index: int) -> dict[str, Any]:
 
 
 def time_graph(calls: list[Callable[[], Any]]) -> float:
-    """Median µs per call of a graph holding ROUNDS calls per entry of ``calls``, rotated."""
+    """Median µs per call: graphs of ROUNDS calls rotating over ``calls``, timed as the probe
+    times (``pp3cli.probe``: capture after a side-stream warm-up, one warm-up replay per
+    graph, REPLAYS event-timed replays rotating over the graphs)."""
     if CPU:
         for call in calls:
             call()
         return float("nan")
-    graphs = []
+    replays = []
     for start in range(0, len(calls), ROUNDS):
         group = [calls[(start + r) % len(calls)] for r in range(ROUNDS)]
-        for call in group:
-            call()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for call in group:
-                call()
-        graphs.append(graph)
-    for graph in graphs:
-        graph.replay()
-    times = []
-    for index in range(REPLAYS):
-        start_event = torch.cuda.Event(enable_timing=True)
-        end_event = torch.cuda.Event(enable_timing=True)
-        start_event.record()
-        graphs[index % len(graphs)].replay()
-        end_event.record()
-        end_event.synchronize()
-        times.append(start_event.elapsed_time(end_event) * 1000 / ROUNDS)
-    return statistics.median(times)
+        replays.append(probe.cuda_graph_capture(group)[0])
+    samples = probe.time_replays(
+        replays, rounds=ROUNDS, warmup=1, replays=REPLAYS, timer=probe.cuda_event_timer
+    )
+    return statistics.median(samples)
 
 
 class _NoLaunch:
