@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 from pp3kernels.philox import acceptance_uniform, sample_uniform
+from pp3kernels.reference import _sparse_q_row
 
 EPSILON = 2e-6
 
@@ -38,12 +39,8 @@ def _q_row(args: dict[str, Any], b: int, row: int, vocab: int) -> torch.Tensor:
     """q of request b at chain row ``row`` as fp64 [V] (sparse counts / C or dense q)."""
     if args.get("q_dense") is not None:
         return args["q_dense"][b, row].to(torch.float64).cpu()
-    q = torch.zeros(vocab, dtype=torch.float64)
-    ids = args["q_ids"][b, row].to(torch.int64).cpu()
-    counts = args["q_counts"][b, row].to(torch.float64).cpu()
-    keep = (ids >= 0) & (counts > 0)
-    q.index_add_(0, ids[keep], counts[keep] / float(args["denominator"]))
-    return q
+    ids, counts = (args[key][b : b + 1].cpu() for key in ("q_ids", "q_counts"))
+    return _sparse_q_row(ids, counts, args["denominator"], row, vocab)[0][0]
 
 
 def rounding_distance(
