@@ -15,10 +15,10 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 install: $(PY)
-	bash ci/install-system.sh
+	bash .ci/install-system.sh
 	# torch first, pinned for CPU machines (a GPU user's torch is left alone: see README).
-	@if [ -z "$(HAS_GPU)" ]; then $(PY) -m pip install -q -c ci/constraints.txt torch triton; fi
-	$(PY) -m pip install -q -e '.[dev]' $(if $(HAS_GPU),,-c ci/constraints.txt)
+	@if [ -z "$(HAS_GPU)" ]; then $(PY) -m pip install -q -c .ci/constraints.txt torch triton; fi
+	$(PY) -m pip install -q -e '.[dev]' $(if $(HAS_GPU),,-c .ci/constraints.txt)
 
 qualify: install
 	$(PP3) qualify

@@ -20,14 +20,14 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-import pp3kernels.selector as selector
 import torch
 import triton
 import triton.language as tl
+
+import pp3kernels.selector as selector
+from pp3cli import probe
 from pp3kernels import point_mass_q
 from pp3kernels.selector import LaunchPlan, plan_launch, verify_chain
-
-from pp3cli import probe
 
 CPU = "--cpu" in sys.argv
 DEV = "cpu" if CPU else "cuda"

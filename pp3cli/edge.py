@@ -21,6 +21,7 @@ from scipy.stats import binomtest
 # pp3kernels maps from kernels/ through an editable-install hook that mypy cannot follow,
 # so it is imported by name here and its results are typed by ``ChainOutput``.
 _contract: Any = importlib.import_module("pp3kernels.contract")
+_interface: Any = importlib.import_module("pp3kernels.interface")
 STATUS_OK: int = _contract.STATUS_OK
 STATUS_NAN: int = _contract.STATUS_NAN
 STATUS_POSINF: int = _contract.STATUS_POSINF
@@ -41,7 +42,7 @@ class ChainOutput(Protocol):
 
 def chain_result(tokens: torch.Tensor, accepted: torch.Tensor, status: torch.Tensor) -> ChainOutput:
     """Build a ``pp3kernels.ChainResult``."""
-    result: ChainOutput = _contract.ChainResult(tokens, accepted, status)
+    result: ChainOutput = _interface.ChainResult(tokens, accepted, status)
     return result
 
 

@@ -508,7 +508,7 @@ def maybe_detach(
     if tmux is None:
         raise EnvironmentProblem(
             "tmux is missing: --detach needs it "
-            "(apt-get install tmux, or bash ci/install-system.sh)"
+            "(apt-get install tmux, or bash .ci/install-system.sh)"
         )
     root = ensure_scratch(settings)
     with hold_lock(root, command):  # fail now, not inside the log, if another pp3 runs

@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
 from pp3kernels.philox import acceptance_uniform, sample_uniform
 from pp3kernels.reference import _sparse_q_row
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import pytest
 from chain_rounding import EPSILON, rounding_distance
+from test_selector_gpu import _make_large
+
 from pp3kernels.contract import STATUS_OK
 from pp3kernels.reference import reference_verify_chain
-from test_selector_gpu import _make_large
 
 VOCAB = 3001
 

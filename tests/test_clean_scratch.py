@@ -166,7 +166,7 @@ def test_bytecode_in_the_project_tree_only(tmp_path: Path) -> None:
 
 def test_a_running_pp3_tmux_session_is_not_killed(planted: dict[str, Path]) -> None:
     tmux = shutil.which("tmux")
-    assert tmux is not None, "tmux is missing: run `bash ci/install-system.sh` (it installs tmux)"
+    assert tmux is not None, "tmux is missing: run `bash .ci/install-system.sh` (it installs tmux)"
     socket = tmux_socket(planted["root"])
     socket.parent.mkdir()
     command = [tmux, "-S", str(socket), "new-session", "-d", "-s", "pp3-live", "cat"]

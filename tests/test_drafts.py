@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from pp3kernels.drafts import point_mass_q, quantise_q, sample_drafts
-from pp3kernels.validate import SelectorInputError
 from scipy.stats import power_divergence
+
+from pp3kernels.contract import SelectorInputError
+from pp3kernels.drafts import point_mass_q, quantise_q, sample_drafts
 
 ALPHA = 1e-6
 

@@ -6,10 +6,10 @@ import functools
 
 import pytest
 import torch
-from pp3kernels.contract import ChainResult
-from pp3kernels.reference import reference_verify_chain
 
 from pp3cli.edge import CHECKS, EdgeResult, run_edge_battery
+from pp3kernels.interface import ChainResult
+from pp3kernels.reference import reference_verify_chain
 
 CPU = torch.device("cpu")
 

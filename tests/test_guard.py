@@ -295,7 +295,7 @@ def test_detach_runs_the_command_in_pp3s_private_tmux(
     settings: Settings, capsys: pytest.CaptureFixture[str]
 ) -> None:
     tmux = shutil.which("tmux")
-    assert tmux is not None, "tmux is missing: run `bash ci/install-system.sh` (it installs tmux)"
+    assert tmux is not None, "tmux is missing: run `bash .ci/install-system.sh` (it installs tmux)"
     settings.receipts.mkdir()
     detached = maybe_detach(
         "verify-receipts", settings, GuardOptions(detach=True), ["verify-receipts", "--detach"]

@@ -9,11 +9,11 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import pp3kernels
 import pytest
 import torch
 from typer.testing import CliRunner
 
+import pp3kernels
 from pp3cli.cli import app
 from pp3cli.errors import UsageProblem
 from pp3cli.exact import chain_law, lossless_identity

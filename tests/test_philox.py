@@ -7,6 +7,7 @@ import os
 
 import pytest
 import torch
+
 from pp3kernels.contract import STREAM_ACCEPT, STREAM_DRAFT, STREAM_SAMPLE
 from pp3kernels.philox import (
     KAT_VECTORS,

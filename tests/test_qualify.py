@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from pp3kernels.reference import DEFECTS, reference_verify_chain
 
 from pp3cli.qualify import (
     PROFILES,
@@ -32,6 +31,7 @@ from pp3cli.qualify import (
 from pp3cli.stats import g_test, holm, power_of
 from pp3cli.targets import TARGETS, target_by_name
 from pp3cli.verify import recomputer_for
+from pp3kernels.reference import DEFECTS, reference_verify_chain
 
 SMOKE = PROFILES["smoke"]
 ALPHA = 1e-5
@@ -236,9 +236,9 @@ def test_cli_plan_prints_samples(tmp_path: Any) -> None:
 def test_proxy_transport_delivers_every_draft_and_counts_the_frames() -> None:
     """--via-proxy: drafts cross a real drafter process unchanged and the frames are counted."""
     import torch
-    from pp3kernels import sample_drafts
 
     from pp3cli.qualify import ProxyTransport
+    from pp3kernels import sample_drafts
 
     target = TARGETS[0]
     n, k = 48, target.k

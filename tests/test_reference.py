@@ -6,18 +6,19 @@ from typing import Any
 
 import pytest
 import torch
+from scipy.stats import power_divergence
+
 from pp3kernels.contract import (
     STATUS_ALL_MASKED,
     STATUS_BAD_DRAFT,
     STATUS_NAN,
     STATUS_OK,
     STATUS_POSINF,
-    ChainResult,
 )
 from pp3kernels.drafts import point_mass_q, quantise_q, sample_drafts
+from pp3kernels.interface import ChainResult
 from pp3kernels.philox import sample_uniform
 from pp3kernels.reference import DEFECTS, reference_verify_chain
-from scipy.stats import power_divergence
 
 ALPHA = 1e-6
 

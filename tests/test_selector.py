@@ -19,20 +19,21 @@ from typing import Any
 
 import pytest
 import torch
+from scipy.stats import power_divergence
+
 from pp3kernels.contract import (
     STATUS_ALL_MASKED,
     STATUS_BAD_DRAFT,
     STATUS_NAN,
     STATUS_OK,
     STATUS_POSINF,
-    ChainResult,
+    SelectorInputError,
 )
 from pp3kernels.drafts import point_mass_q, quantise_q, sample_drafts
+from pp3kernels.interface import ChainResult
 from pp3kernels.philox import acceptance_uniform, sample_uniform
 from pp3kernels.reference import reference_verify_chain
 from pp3kernels.selector import LaunchPlan, plan_launch, verify_chain
-from pp3kernels.validate import SelectorInputError
-from scipy.stats import power_divergence
 
 ALPHA = 1e-6
 NEG = float("-inf")

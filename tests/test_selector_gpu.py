@@ -14,14 +14,16 @@ from typing import Any
 import pytest
 import torch
 from chain_rounding import EPSILON, rounding_distance
+from scipy.stats import power_divergence
+
 from pp3kernels.contract import (
     STATUS_ALL_MASKED,
     STATUS_NAN,
     STATUS_OK,
     STATUS_POSINF,
-    ChainResult,
 )
 from pp3kernels.drafts import sample_drafts
+from pp3kernels.interface import ChainInputs, ChainResult
 from pp3kernels.philox import (
     acceptance_uniform,
     sample_uniform,
@@ -31,7 +33,6 @@ from pp3kernels.philox import (
 from pp3kernels.reference import reference_verify_chain
 from pp3kernels.selector import LaunchPlan, verify_chain
 from pp3kernels.validate import validate_chain_inputs
-from scipy.stats import power_divergence
 
 _INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 pytestmark = [
@@ -139,7 +140,7 @@ def _compare_with_reference(
         args = _make_large(
             batch=generation, drafts=drafts, vocab=vocab, seed=seed + start, q=q, device=device
         )
-        validate_chain_inputs(**args)
+        validate_chain_inputs(ChainInputs(**args))
         got = _concat(
             [
                 verify_chain(**_slice(args, b, b + batch), validate=False)

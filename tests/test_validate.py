@@ -6,7 +6,10 @@ from typing import Any
 
 import pytest
 import torch
-from pp3kernels.validate import SelectorInputError, validate_chain_inputs
+
+from pp3kernels.contract import SelectorInputError
+from pp3kernels.interface import ChainInputs
+from pp3kernels.validate import validate_chain_inputs
 
 B, K, V, C = 3, 2, 8, 16
 
@@ -47,7 +50,7 @@ def _run(args: dict[str, Any]) -> None:
     temperature = args.pop("temperature")
     seed = args.pop("seed")
     position = args.pop("position")
-    validate_chain_inputs(logits, drafts, temperature, seed, position, **args)
+    validate_chain_inputs(ChainInputs(logits, drafts, temperature, seed, position, **args))
 
 
 def _refused(pattern: str, **overrides: Any) -> None:

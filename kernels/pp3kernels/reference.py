@@ -59,9 +59,8 @@ Planted defects (``defect=``), the negative controls that qualify must catch:
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
+
 from pp3kernels.contract import (
     NO_TOKEN,
     STATUS_ALL_MASKED,
@@ -70,19 +69,15 @@ from pp3kernels.contract import (
     STATUS_OK,
     STATUS_POSINF,
     STREAM_ACCEPT,
-    ChainResult,
 )
+from pp3kernels.interface import ChainInputs, ChainResult
 from pp3kernels.philox import (
     acceptance_uniform,
     philox_words,
     sample_uniform,
     sample_uniform_from_words,
 )
-from pp3kernels.validate import (
-    bad_draft_requests,
-    check_structure,
-    validate_chain_inputs,
-)
+from pp3kernels.validate import bad_draft_requests, check_structure, validate_chain_inputs
 
 DEFECTS: tuple[str, ...] = (
     "accept_ge",
@@ -199,15 +194,18 @@ def reference_verify_chain(
     """
     if defect is not None and defect not in DEFECTS:
         raise ValueError(f"unknown defect {defect!r}; expected None or one of {', '.join(DEFECTS)}")
-    q_kwargs: dict[str, Any] = {
-        "q_ids": q_ids,
-        "q_counts": q_counts,
-        "denominator": denominator,
-        "q_dense": q_dense,
-    }
-    if validate:
-        validate_chain_inputs(logits, draft_tokens, temperature, seed, position, **q_kwargs)
-    shape = check_structure(logits, draft_tokens, temperature, seed, position, **q_kwargs)
+    inputs = ChainInputs(
+        logits,
+        draft_tokens,
+        temperature,
+        seed,
+        position,
+        q_ids=q_ids,
+        q_counts=q_counts,
+        denominator=denominator,
+        q_dense=q_dense,
+    )
+    shape = validate_chain_inputs(inputs) if validate else check_structure(inputs)
     batch, drafts, vocab = shape.batch, shape.drafts, shape.vocab
     device = logits.device
 
@@ -230,7 +228,7 @@ def reference_verify_chain(
     status[has_posinf] = STATUS_POSINF
     status[has_nan] = STATUS_NAN
     if not validate and drafts > 0:
-        bad = bad_draft_requests(logits, draft_tokens, temperature, **q_kwargs)
+        bad = bad_draft_requests(inputs)
         status[bad & (status == STATUS_OK)] = STATUS_BAD_DRAFT
     dead = status != STATUS_OK
 

@@ -42,9 +42,7 @@ tokens all -1, accepted 0, status NAN / POSINF / ALL_MASKED (checked in that ord
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
-import torch
+from typing import TypeGuard
 
 # Status codes written to ``status`` [B] int8.
 STATUS_OK = 0
@@ -75,9 +73,28 @@ MAX_DENOMINATOR = 1 << 24
 NO_TOKEN = -1
 
 
-class ChainResult(NamedTuple):
-    """Outputs of one verification call."""
+class SelectorInputError(ValueError):
+    """An input that breaks the selector contract; the message names the offender."""
 
-    tokens: torch.Tensor  # [B, K+1] int32: emitted tokens, then -1 padding
-    accepted: torch.Tensor  # [B] int32: accepted drafts (emitted = accepted + 1 when OK)
-    status: torch.Tensor  # [B] int8: STATUS_* code
+
+def is_power_of_two_denominator(denominator: object) -> TypeGuard[int]:
+    """True when ``denominator`` is an int (not a bool) and a power of two in [1, 2^24]."""
+    return (
+        isinstance(denominator, int)
+        and not isinstance(denominator, bool)
+        and 1 <= denominator <= MAX_DENOMINATOR
+        and denominator & (denominator - 1) == 0
+    )
+
+
+def check_denominator(denominator: object) -> int:
+    """Return ``denominator`` as an int, or raise SelectorInputError naming it.
+
+    The one check of the integer-q denominator C: a power of two in [1, MAX_DENOMINATOR],
+    so that 2^32 is a multiple of C (draws are exactly uniform) and U * count is exact in fp64.
+    """
+    if is_power_of_two_denominator(denominator):
+        return denominator
+    raise SelectorInputError(
+        f"denominator {denominator!r} is not a power of two in [1, {MAX_DENOMINATOR}]"
+    )

@@ -34,15 +34,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from pp3kernels.contract import MAX_DENOMINATOR
+
+from pp3kernels.contract import SelectorInputError, check_denominator
+from pp3kernels.interface import ChainInputs
 
 LOGITS_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 DENSE_Q_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
 DENSE_Q_SUM_TOLERANCE = 1e-4
-
-
-class SelectorInputError(ValueError):
-    """An input that breaks the selector contract; the message names the offender."""
 
 
 @dataclass(frozen=True)
@@ -62,15 +60,6 @@ class Violation:
     kind: str
     mask: torch.Tensor
     describe: Callable[[int, int], str]
-
-
-def _is_power_of_two_denominator(denominator: object) -> bool:
-    return (
-        isinstance(denominator, int)
-        and not isinstance(denominator, bool)
-        and 1 <= denominator <= MAX_DENOMINATOR
-        and denominator & (denominator - 1) == 0
-    )
 
 
 def _require_tensor(name: str, value: object) -> torch.Tensor:
@@ -95,20 +84,11 @@ def _require(
         )
 
 
-def check_structure(
-    logits: torch.Tensor,
-    draft_tokens: torch.Tensor,
-    temperature: torch.Tensor,
-    seed: torch.Tensor,
-    position: torch.Tensor,
-    *,
-    q_ids: torch.Tensor | None = None,
-    q_counts: torch.Tensor | None = None,
-    denominator: int | None = None,
-    q_dense: torch.Tensor | None = None,
-) -> ChainShape:
+def check_structure(inputs: ChainInputs) -> ChainShape:
     """Types, shapes, dtypes, devices and the q form; raises SelectorInputError."""
-    logits = _require_tensor("logits", logits)
+    logits = _require_tensor("logits", inputs.logits)
+    q_ids, q_counts, q_dense = inputs.q_ids, inputs.q_counts, inputs.q_dense
+    denominator = inputs.denominator
     if logits.ndim != 3:
         raise SelectorInputError(
             f"logits has {logits.ndim} dimensions (shape {tuple(logits.shape)}); "
@@ -128,10 +108,10 @@ def check_structure(
         )
     drafts = rows - 1
     named = {
-        "draft_tokens": _require_tensor("draft_tokens", draft_tokens),
-        "temperature": _require_tensor("temperature", temperature),
-        "seed": _require_tensor("seed", seed),
-        "position": _require_tensor("position", position),
+        "draft_tokens": _require_tensor("draft_tokens", inputs.draft_tokens),
+        "temperature": _require_tensor("temperature", inputs.temperature),
+        "seed": _require_tensor("seed", inputs.seed),
+        "position": _require_tensor("position", inputs.position),
     }
     _require("draft_tokens", named["draft_tokens"], (batch, drafts), (torch.int32,))
     _require("temperature", named["temperature"], (batch,), (torch.float32,))
@@ -167,10 +147,7 @@ def check_structure(
             raise SelectorInputError("q_ids has S = 0 slots; expected S >= 1")
         _require("q_ids", named["q_ids"], (batch, drafts, slots), (torch.int32,))
         _require("q_counts", named["q_counts"], (batch, drafts, slots), (torch.int32,))
-        if not _is_power_of_two_denominator(denominator):
-            raise SelectorInputError(
-                f"denominator {denominator!r} is not a power of two in [1, {MAX_DENOMINATOR}]"
-            )
+        check_denominator(denominator)
     elif q_dense is not None:
         q_form = "dense"
         named["q_dense"] = _require_tensor("q_dense", q_dense)
@@ -201,24 +178,17 @@ def check_temperature(temperature: torch.Tensor) -> None:
         )
 
 
-def draft_violations(
-    logits: torch.Tensor,
-    draft_tokens: torch.Tensor,
-    temperature: torch.Tensor,
-    *,
-    q_ids: torch.Tensor | None = None,
-    q_counts: torch.Tensor | None = None,
-    denominator: int | None = None,
-    q_dense: torch.Tensor | None = None,
-) -> list[Violation]:
+def draft_violations(inputs: ChainInputs) -> list[Violation]:
     """Value violations of drafts and q, as [B, K] masks, in reporting order.
 
     Assumes ``check_structure`` passed. Every mask is evaluated (no short-circuit) so the
     result also serves as the STATUS_BAD_DRAFT predicate.
     """
-    vocab = int(logits.shape[2])
-    drafts = draft_tokens.to(torch.int64)
-    is_t1 = (temperature > 0)[:, None].expand_as(drafts)  # NaN temperature counts as T0 here
+    q_ids, q_counts, q_dense = inputs.q_ids, inputs.q_counts, inputs.q_dense
+    denominator = inputs.denominator
+    vocab = int(inputs.logits.shape[2])
+    drafts = inputs.draft_tokens.to(torch.int64)
+    is_t1 = (inputs.temperature > 0)[:, None].expand_as(drafts)  # NaN temperature counts as T0 here
     proposes = drafts >= 0
     t1_proposal = is_t1 & proposes
     violations: list[Violation] = []
@@ -403,62 +373,29 @@ def _slot_message(mask: torch.Tensor, values: torch.Tensor, b: int, i: int, temp
     return template.format(slot=slot, value=value)
 
 
-def bad_draft_requests(
-    logits: torch.Tensor,
-    draft_tokens: torch.Tensor,
-    temperature: torch.Tensor,
-    **q: object,
-) -> torch.Tensor:
+def bad_draft_requests(inputs: ChainInputs) -> torch.Tensor:
     """[B] bool: requests with any draft/q violation (STATUS_BAD_DRAFT when not raising)."""
-    violations = draft_violations(logits, draft_tokens, temperature, **q)  # type: ignore[arg-type]
+    draft_tokens = inputs.draft_tokens
     bad = torch.zeros(draft_tokens.shape, dtype=torch.bool, device=draft_tokens.device)
-    for violation in violations:
+    for violation in draft_violations(inputs):
         bad |= violation.mask
     return bad.any(-1) if bad.shape[1] else bad.new_zeros(bad.shape[0])
 
 
-def validate_chain_inputs(
-    logits: torch.Tensor,
-    draft_tokens: torch.Tensor,
-    temperature: torch.Tensor,
-    seed: torch.Tensor,
-    position: torch.Tensor,
-    *,
-    q_ids: torch.Tensor | None = None,
-    q_counts: torch.Tensor | None = None,
-    denominator: int | None = None,
-    q_dense: torch.Tensor | None = None,
-) -> None:
+def validate_chain_inputs(inputs: ChainInputs) -> ChainShape:
     """Refuse any input that breaks the selector contract (see the module docstring).
 
     Raises SelectorInputError naming the request index, the row, the offending value
-    and what was expected; returns None when the call is well formed.
+    and what was expected; returns the call's sizes and q form when it is well formed.
     """
-    check_structure(
-        logits,
-        draft_tokens,
-        temperature,
-        seed,
-        position,
-        q_ids=q_ids,
-        q_counts=q_counts,
-        denominator=denominator,
-        q_dense=q_dense,
-    )
-    check_temperature(temperature)
-    if draft_tokens.numel() == 0:
-        return
-    for violation in draft_violations(
-        logits,
-        draft_tokens,
-        temperature,
-        q_ids=q_ids,
-        q_counts=q_counts,
-        denominator=denominator,
-        q_dense=q_dense,
-    ):
+    shape = check_structure(inputs)
+    check_temperature(inputs.temperature)
+    if inputs.draft_tokens.numel() == 0:
+        return shape
+    for violation in draft_violations(inputs):
         if bool(violation.mask.any()):
             where = violation.mask.nonzero()
             b, i = (int(v) for v in where[0].tolist())
             more = f" ({where.shape[0] - 1} more rows likewise)" if where.shape[0] > 1 else ""
             raise SelectorInputError(f"request {b}, row {i}: {violation.describe(b, i)}{more}")
+    return shape

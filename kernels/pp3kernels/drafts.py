@@ -17,23 +17,9 @@ stream, so the proposal law is exactly q (no float rounding anywhere):
 from __future__ import annotations
 
 import torch
-from pp3kernels.contract import MAX_DENOMINATOR, NO_TOKEN
+
+from pp3kernels.contract import NO_TOKEN, SelectorInputError, check_denominator
 from pp3kernels.philox import draft_integer
-from pp3kernels.validate import SelectorInputError
-
-
-def _check_denominator(denominator: object) -> int:
-    if (
-        isinstance(denominator, bool)
-        or not isinstance(denominator, int)
-        or denominator < 1
-        or denominator > MAX_DENOMINATOR
-        or denominator & (denominator - 1)
-    ):
-        raise SelectorInputError(
-            f"denominator {denominator!r} is not a power of two in [1, {MAX_DENOMINATOR}]"
-        )
-    return denominator
 
 
 def _row_name(flat_index: int, leading: tuple[int, ...]) -> str:
@@ -63,7 +49,7 @@ def quantise_q(
     (id -1, count 0). S = max_support if given (error if a row needs more), otherwise the
     largest support size over all rows (at least 1).
     """
-    denominator = _check_denominator(denominator)
+    denominator = check_denominator(denominator)
     if not isinstance(probs, torch.Tensor) or not probs.is_floating_point():
         raise SelectorInputError(
             f"probs must be a floating-point tensor [..., V]; got {type(probs).__name__}"
@@ -150,7 +136,7 @@ def point_mass_q(draft_tokens: torch.Tensor, denominator: int) -> tuple[torch.Te
 
     ``draft_tokens`` [..., K] integer; returns (ids, counts) int32 [..., K, 1].
     """
-    denominator = _check_denominator(denominator)
+    denominator = check_denominator(denominator)
     if not isinstance(draft_tokens, torch.Tensor) or draft_tokens.is_floating_point():
         raise SelectorInputError("draft_tokens must be an integer tensor [..., K]")
     below = draft_tokens < NO_TOKEN
@@ -181,7 +167,7 @@ def sample_drafts(
     A row with total count 0, or with ``invalidate[b, i]`` True, gives -1. Refuses
     negative counts, a row total other than 0 or C, and positive counts on ids < 0.
     """
-    denominator = _check_denominator(denominator)
+    denominator = check_denominator(denominator)
     for name, tensor in (("q_ids", q_ids), ("q_counts", q_counts)):
         if not isinstance(tensor, torch.Tensor) or tensor.ndim != 3 or tensor.dtype != torch.int32:
             raise SelectorInputError(f"{name} must be an int32 tensor [B, K, S]")

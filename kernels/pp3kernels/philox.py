@@ -26,7 +26,8 @@ known-answer check covers the generator the kernel uses (interpreter or GPU).
 from __future__ import annotations
 
 import torch
-from pp3kernels.contract import MAX_DENOMINATOR, STREAM_ACCEPT, STREAM_DRAFT, STREAM_SAMPLE
+
+from pp3kernels.contract import STREAM_ACCEPT, STREAM_DRAFT, STREAM_SAMPLE, check_denominator
 
 try:  # Triton is a hard dependency of the package, but keep the torch half importable.
     import triton
@@ -193,16 +194,7 @@ def draft_integer(seed: torch.Tensor, rowpos: torch.Tensor, denominator: int) ->
     C must be a power of two in [1, MAX_DENOMINATOR]: 2^32 is a multiple of C, so every
     residue has exactly 2^32 / C preimages.
     """
-    if (
-        isinstance(denominator, bool)
-        or not isinstance(denominator, int)
-        or denominator < 1
-        or denominator > MAX_DENOMINATOR
-        or denominator & (denominator - 1)
-    ):
-        raise ValueError(
-            f"denominator {denominator!r} is not a power of two in [1, {MAX_DENOMINATOR}]"
-        )
+    check_denominator(denominator)
     w0, _, _, _ = philox_words(seed, rowpos, STREAM_DRAFT)
     return w0.bitwise_and(denominator - 1)
 

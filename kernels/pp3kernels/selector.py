@@ -38,6 +38,8 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
+from triton.language.random import philox_impl
+
 from pp3kernels.contract import (
     MAX_DENOMINATOR,
     STATUS_ALL_MASKED,
@@ -47,9 +49,10 @@ from pp3kernels.contract import (
     STATUS_POSINF,
     STREAM_ACCEPT,
     STREAM_SAMPLE,
-    ChainResult,
 )
-from triton.language.random import philox_impl
+from pp3kernels.interface import ChainInputs, ChainResult
+from pp3kernels.runtime import is_interpreter
+from pp3kernels.validate import validate_chain_inputs
 
 Q_NONE = 0
 Q_SPARSE = 1
@@ -760,12 +763,6 @@ def plan_launch(batch: int, rows: int, vocab: int, *, interpreter: bool) -> Laun
     return LaunchPlan(1, block_v, nsplit, chunk, 4, block_f)
 
 
-def _is_interpreter() -> bool:
-    import os
-
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 def verify_chain(
     logits: torch.Tensor,
     draft_tokens: torch.Tensor,
@@ -792,18 +789,18 @@ def verify_chain(
     Returns ChainResult(tokens [B, K+1] int32, accepted [B] int32, status [B] int8).
     """
     if validate:
-        from pp3kernels.validate import validate_chain_inputs
-
         validate_chain_inputs(
-            logits,
-            draft_tokens,
-            temperature,
-            seed,
-            position,
-            q_ids=q_ids,
-            q_counts=q_counts,
-            denominator=denominator,
-            q_dense=q_dense,
+            ChainInputs(
+                logits,
+                draft_tokens,
+                temperature,
+                seed,
+                position,
+                q_ids=q_ids,
+                q_counts=q_counts,
+                denominator=denominator,
+                q_dense=q_dense,
+            )
         )
     batch, rows, vocab = logits.shape
     k = rows - 1
@@ -814,7 +811,7 @@ def verify_chain(
     if batch == 0:
         return ChainResult(tokens, accepted, status)
     if plan is None:
-        plan = plan_launch(batch, rows, vocab, interpreter=_is_interpreter() or not logits.is_cuda)
+        plan = plan_launch(batch, rows, vocab, interpreter=is_interpreter() or not logits.is_cuda)
     # Triton 3.6 fails to lower fp64 scans over very short axes on sm_90: pad to >= 8.
     nsplit_p2 = max(8, triton.next_power_of_2(plan.nsplit))
     block_f = plan.block_f or plan.block_v
