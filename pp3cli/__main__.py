@@ -1,3 +1,3 @@
-from pp3cli.cli import main
+from pp3cli.cli.app import main
 
 main()

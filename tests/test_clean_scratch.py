@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from pp3cli.cli import app
-from pp3cli.errors import EnvironmentProblem, UsageProblem
-from pp3cli.scratch import (
+from pp3cli.cli.app import app
+from pp3cli.run.errors import EnvironmentProblem, UsageProblem
+from pp3cli.run.scratch import (
     ROOT_TAG,
     RUN_TAG,
     _write_marker,
@@ -25,7 +25,7 @@ from pp3cli.scratch import (
     repo_root,
     tmux_socket,
 )
-from pp3cli.settings import Settings
+from pp3cli.run.settings import Settings
 
 
 @pytest.fixture

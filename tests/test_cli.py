@@ -13,16 +13,16 @@ import pytest
 from typer.testing import CliRunner
 
 from pp3cli import __version__
-from pp3cli.cli import app
-from pp3cli.errors import Pp3Error
-from pp3cli.guard import ensure_scratch
-from pp3cli.settings import Settings
+from pp3cli.cli.app import app
+from pp3cli.run.errors import Pp3Error
+from pp3cli.run.guard import ensure_scratch
+from pp3cli.run.settings import Settings
 
 HOLDER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from pp3cli.guard import hold_lock
+    from pp3cli.run.guard import hold_lock
     with hold_lock(Path(sys.argv[1]), "holder-command"):
         print("held", flush=True)
         sys.stdin.read()
@@ -60,7 +60,7 @@ def lock_held(folders: dict[str, Path]) -> Iterator[int]:
 
 
 def invoke(args: list[str]) -> tuple[int, str]:
-    """Run the app in-process; a Pp3Error maps to its exit code as `pp3cli.cli.main` does."""
+    """Run the app in-process; a Pp3Error maps to its exit code as `pp3cli.cli.app.main` does."""
     result = CliRunner().invoke(app, args)
     if isinstance(result.exception, Pp3Error):
         return result.exception.exit_code, f"{result.output}pp3: {result.exception}"

@@ -7,7 +7,7 @@ import functools
 import pytest
 import torch
 
-from pp3cli.edge import CHECKS, EdgeResult, run_edge_battery
+from pp3cli.evidence.edge import CHECKS, EdgeResult, run_edge_battery
 from pp3kernels.interface import ChainResult
 from pp3kernels.reference import reference_verify_chain
 

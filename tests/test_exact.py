@@ -1,4 +1,4 @@
-"""Exact rational chain law (pp3cli.exact): the lossless identity and its failure modes."""
+"""Exact rational chain law (pp3cli.evidence.exact): the lossless identity and its failure modes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import pytest
 
-from pp3cli.exact import (
+from pp3cli.evidence.exact import (
     DraftRow,
     accepted_length_law,
     chain_law,

@@ -16,24 +16,24 @@ import pynvml
 import pytest
 import torch
 
-from pp3cli.errors import EnvironmentProblem, UsageProblem
-from pp3cli.guard import (
+from pp3cli.run.errors import EnvironmentProblem, UsageProblem
+from pp3cli.run.detach import start_detached
+from pp3cli.run.guard import (
     GuardOptions,
     format_cpu_list,
     guard_options,
     guarded,
-    maybe_detach,
     parse_cpu_list,
 )
-from pp3cli.receipts import canonical_json
-from pp3cli.scratch import MARKER_NAME, ensure_scratch, has_marker, new_run_dir, tmux_socket
-from pp3cli.settings import Settings
+from pp3cli.receipts.write import canonical_json
+from pp3cli.run.scratch import MARKER_NAME, ensure_scratch, has_marker, new_run_dir, tmux_socket
+from pp3cli.run.settings import Settings
 
 HOLDER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from pp3cli.guard import hold_lock
+    from pp3cli.run.guard import hold_lock
     with hold_lock(Path(sys.argv[1]), "holder-command"):
         print("held", flush=True)
         sys.stdin.read()
@@ -142,9 +142,9 @@ def test_lock_held_by_another_process_fails_at_once_naming_it(
         f"""
         import sys, time
         from pathlib import Path
-        from pp3cli.errors import Pp3Error
-        from pp3cli.guard import GuardOptions, guarded
-        from pp3cli.settings import Settings
+        from pp3cli.run.errors import Pp3Error
+        from pp3cli.run.guard import GuardOptions, guarded
+        from pp3cli.run.settings import Settings
         settings = Settings(scratch=Path({str(settings.scratch)!r}), receipts=Path("r"))
         started = time.monotonic()
         try:
@@ -196,8 +196,8 @@ def test_guard_raises_niceness_in_a_fresh_process(settings: Settings) -> None:
         f"""
         import os
         from pathlib import Path
-        from pp3cli.guard import GuardOptions, guarded
-        from pp3cli.settings import Settings
+        from pp3cli.run.guard import GuardOptions, guarded
+        from pp3cli.run.settings import Settings
         settings = Settings(scratch=Path({str(settings.scratch)!r}), receipts=Path("r"))
         with guarded("nice", settings, GuardOptions(nice=19, threads=1), require_gpu=False) as rec:
             print(os.nice(0), rec.environment()["nice"])
@@ -286,22 +286,11 @@ def test_scratch_root_and_run_folders_carry_markers(settings: Settings, tmp_path
     assert err.value.exit_code == 2 and MARKER_NAME in str(err.value), str(err.value)
 
 
-def test_maybe_detach_without_the_flag_does_nothing(settings: Settings) -> None:
-    assert maybe_detach("probe", settings, GuardOptions(), ["probe"]) is False
-    assert not settings.scratch.exists()
-
-
-def test_detach_runs_the_command_in_pp3s_private_tmux(
-    settings: Settings, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_detach_runs_the_command_in_pp3s_private_tmux(settings: Settings) -> None:
     tmux = shutil.which("tmux")
     assert tmux is not None, "tmux is missing: run `bash .ci/install-system.sh` (it installs tmux)"
     settings.receipts.mkdir()
-    detached = maybe_detach(
-        "verify-receipts", settings, GuardOptions(detach=True), ["verify-receipts", "--detach"]
-    )
-    assert detached is True
-    printed = capsys.readouterr().out
+    printed = start_detached("verify-receipts", settings, ["verify-receipts", "--detach"])
     root = ensure_scratch(settings)
     socket = tmux_socket(root)
     (run,) = sorted((root / "runs").iterdir())

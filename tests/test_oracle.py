@@ -14,15 +14,15 @@ import torch
 from typer.testing import CliRunner
 
 import pp3kernels
-from pp3cli.cli import app
-from pp3cli.errors import UsageProblem
-from pp3cli.exact import chain_law, lossless_identity
-from pp3cli.oracle import (
+from pp3cli.cli.app import app
+from pp3cli.run.errors import UsageProblem
+from pp3cli.evidence.exact import chain_law, lossless_identity
+from pp3cli.evidence.oracle import (
     DENOMINATOR,
     MALFORMED,
     POLICIES,
     judge,
-    recompute_verdict,
+    recompute_oracle,
     run_oracle,
     targets,
 )
@@ -48,7 +48,7 @@ def test_targets_and_policies_are_well_formed() -> None:
 
 @pytest.fixture(scope="module")
 def reference_run() -> dict[str, Any]:
-    return run_oracle("cpu", N_CPU, 11, "reference")
+    return run_oracle("cpu", N_CPU, 11, pp3kernels.reference_verify_chain, label="reference")
 
 
 def _predicate(result: dict[str, Any]) -> dict[str, Any]:
@@ -83,13 +83,13 @@ def test_exact_law_matches_the_quantised_counts(reference_run: dict[str, Any]) -
 
 def test_recomputer_agrees_and_ignores_stored_statistics(reference_run: dict[str, Any]) -> None:
     predicate = _predicate(reference_run)
-    assert recompute_verdict(predicate) == "PASS"
+    assert recompute_oracle(predicate) == "PASS"
     fake = copy.deepcopy(predicate)
     for member in fake["data"]["policies"]:
         member["member"]["p_value"] = 0.0
         member["member"]["failed_outright"] = True
     fake["data"]["family"]["passed"] = False
-    assert recompute_verdict(fake) == "PASS"  # only raw counts and the exact law count
+    assert recompute_oracle(fake) == "PASS"  # only raw counts and the exact law count
 
 
 def test_recomputer_catches_tampering(reference_run: dict[str, Any]) -> None:
@@ -99,16 +99,16 @@ def test_recomputer_catches_tampering(reference_run: dict[str, Any]) -> None:
     impossible["data"]["policies"][1]["counts"]["0|7"] = 1  # p_0(7) = 0
     impossible["data"]["policies"][1]["n"] = N_CPU + 1
     impossible["parameters"]["n_per_policy"] = N_CPU + 1
-    assert recompute_verdict(impossible) == "FAIL"
+    assert recompute_oracle(impossible) == "FAIL"
 
     malformed = copy.deepcopy(base)
     malformed["data"]["policies"][0]["malformed"] = 1
-    assert recompute_verdict(malformed) == "FAIL"  # counts no longer add up to n
+    assert recompute_oracle(malformed) == "FAIL"  # counts no longer add up to n
 
     law = copy.deepcopy(base)
     key = next(iter(law["data"]["policies"][2]["law"]))
     law["data"]["policies"][2]["law"][key] = "1/3"
-    assert recompute_verdict(law) == "FAIL"
+    assert recompute_oracle(law) == "FAIL"
 
     counts = copy.deepcopy(base)
     sharpened = counts["data"]["policies"][1]
@@ -116,7 +116,7 @@ def test_recomputer_catches_tampering(reference_run: dict[str, Any]) -> None:
     # token 4 has q < p, so one count more changes min(p, q) and the law
     sharpened["q_counts"][0][0] -= 1
     sharpened["q_counts"][0][4] += 1
-    assert recompute_verdict(counts) == "FAIL"  # law hash no longer matches the counts
+    assert recompute_oracle(counts) == "FAIL"  # law hash no longer matches the counts
 
     skewed = copy.deepcopy(base)
     member = skewed["data"]["policies"][3]
@@ -125,7 +125,7 @@ def test_recomputer_catches_tampering(reference_run: dict[str, Any]) -> None:
     member["counts"][top] -= moved
     low = min(member["counts"], key=member["counts"].get)
     member["counts"][low] += moved
-    assert recompute_verdict(skewed) == "FAIL"
+    assert recompute_oracle(skewed) == "FAIL"
 
 
 def test_judge_uses_the_stored_target() -> None:
@@ -154,13 +154,13 @@ def test_judge_uses_the_stored_target() -> None:
 
 
 def _point(token: int) -> Any:
-    from pp3cli.exact import DraftRow
+    from pp3cli.evidence.exact import DraftRow
 
     return DraftRow((token,), (DENOMINATOR,), DENOMINATOR)
 
 
 def _key(key: tuple[int, ...]) -> str:
-    from pp3cli.exact import outcome_key
+    from pp3cli.evidence.exact import outcome_key
 
     return outcome_key(key)
 
@@ -168,7 +168,7 @@ def _key(key: tuple[int, ...]) -> str:
 @pytest.mark.parametrize("defect", ["accept_ge", "unclipped_residual", "bonus_wrong_row"])
 def test_planted_defects_fail(defect: str) -> None:
     verifier = functools.partial(pp3kernels.reference_verify_chain, defect=defect)
-    result = run_oracle("cpu", 1200, 5, verifier)
+    result = run_oracle("cpu", 1200, 5, verifier, label=defect)
     assert result["verdict"] == "FAIL"
     assert result["data"]["family"]["rejected"]
 
@@ -176,7 +176,7 @@ def test_planted_defects_fail(defect: str) -> None:
 def test_selector_in_interpreter_passes() -> None:
     from pp3kernels.selector import verify_chain
 
-    result = run_oracle("cpu", 600, 3, verify_chain)
+    result = run_oracle("cpu", 600, 3, verify_chain, label="selector")
     assert result["verdict"] == "PASS", result["data"]["family"]
     assert all(m["malformed"] == 0 for m in result["data"]["policies"])
 
@@ -191,7 +191,7 @@ def test_malformed_rows_are_impossible() -> None:
         tokens[hit, 0] = (tokens[hit, 0] + 1) % 8
         return result._replace(tokens=tokens)
 
-    result = run_oracle("cpu", 500, 2, swaps_prefix)
+    result = run_oracle("cpu", 500, 2, swaps_prefix, label="swaps_prefix")
     assert result["verdict"] == "FAIL"
     policies = result["data"]["policies"]
     assert sum(m["malformed"] for m in policies) > 0
@@ -226,7 +226,7 @@ def test_oracle_command_writes_a_verifiable_receipt(tmp_path: Path) -> None:
     assert len(written) == 1
     statement = json.loads(written[0].read_bytes())
     assert statement["predicate"]["verdict"] == "PASS"
-    assert recompute_verdict(statement["predicate"]) == "PASS"
+    assert recompute_oracle(statement["predicate"]) == "PASS"
 
 
 def test_oracle_command_rejects_bad_options(tmp_path: Path) -> None:
@@ -243,5 +243,5 @@ def test_oracle_command_rejects_bad_options(tmp_path: Path) -> None:
 def test_selector_on_gpu_passes_full_size() -> None:
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU (torch.cuda.is_available() is False)")
-    result = run_oracle("cuda", 200_000, 0, "selector")
+    result = run_oracle("cuda", 200_000, 0, pp3kernels.verify_chain, label="selector")
     assert result["verdict"] == "PASS", result["data"]["family"]

@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from pp3cli import overlay
-from pp3cli.errors import CheckFailed, UsageProblem
+from pp3cli.verifiers import overlay
+from pp3cli.verifiers.vllm_mrv2 import chain_from_vllm, vllm_arguments
+from pp3kernels import ChainInputs
+from pp3cli.run.errors import CheckFailed, UsageProblem
 
 # A tiny stand-in for the wheel: same import structure, trivially small, no vLLM code.
 FAKE_ENTRY = """import torch
@@ -162,7 +164,7 @@ def test_adapter_builds_vllm_arguments_from_chain_tensors() -> None:
     temperature = torch.tensor([0.0, 2.0])
     seed = torch.tensor([7, 8])
     position = torch.tensor([100, 200])
-    kwargs = overlay.vllm_inputs_from_chain(logits, drafts, temperature, seed, position)
+    kwargs = vllm_arguments(ChainInputs(logits, drafts, temperature, seed, position))
     assert kwargs["target_logits"].shape == (6, 5)
     # Request 0 is T0 (unscaled); request 1 at tau = 2 is divided by 2.
     assert torch.equal(kwargs["target_logits"][:3], logits[0])
@@ -180,7 +182,7 @@ def test_adapter_builds_vllm_arguments_from_chain_tensors() -> None:
 
 def test_chain_from_vllm_masks_uninitialised_entries() -> None:
     sampled = torch.tensor([[5, 6, 99], [7, 123456, -42]])
-    tokens, accepted = overlay.chain_from_vllm(sampled, torch.tensor([3, 1], dtype=torch.int32))
+    tokens, accepted = chain_from_vllm(sampled, torch.tensor([3, 1], dtype=torch.int32))
     assert tokens.tolist() == [[5, 6, 99], [7, -1, -1]]
     assert accepted.tolist() == [2, 0]
 
@@ -198,7 +200,7 @@ def real_overlay(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_real_wheel_pins_and_signature(real_overlay: Path) -> None:
     """Imports the real module in a fresh interpreter (its `vllm` must not leak here)."""
     code = (
-        "import sys, inspect; from pathlib import Path; from pp3cli import overlay;"
+        "import sys, inspect; from pathlib import Path; from pp3cli.verifiers import overlay;"
         "f = overlay.load_vllm_rejection_sample(Path(sys.argv[1]));"
         "print(','.join(inspect.signature(f).parameters));"
         "print('vllm.config' in sys.modules, 'vllm.envs' in sys.modules)"
@@ -218,8 +220,9 @@ def test_real_wheel_pins_and_signature(real_overlay: Path) -> None:
 def test_adapter_matches_the_real_signature() -> None:
     """Every argument the adapter builds is a parameter of rejection_sample, and every
     parameter without a default is built."""
-    kwargs = overlay.vllm_inputs_from_chain(
-        torch.zeros(1, 2, 3), torch.zeros(1, 1), torch.zeros(1), torch.zeros(1), torch.zeros(1)
+    zeros = torch.zeros(1)
+    kwargs = vllm_arguments(
+        ChainInputs(torch.zeros(1, 2, 3), torch.zeros(1, 1), zeros, zeros, zeros)
     )
     required = EXPECTED_PARAMETERS[:11]
     assert sorted(kwargs) == sorted(required)

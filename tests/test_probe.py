@@ -1,7 +1,7 @@
 """`pp3 probe` bookkeeping on CPU: cases, floors, statistics, checks, receipt data, recomputer.
 
-CUDA graphs and events are only in pp3cli.probe.cuda_graph_capture/cuda_event_timer; here the
-same measurement code runs with an eager "graph" and a fake timer.
+CUDA graphs and events are only in pp3cli.timing.measure.cuda_graph_capture/cuda_event_timer;
+here the same measurement code runs with an eager "graph" and a fake timer.
 """
 
 from __future__ import annotations
@@ -16,9 +16,16 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from pp3cli import probe
-from pp3cli.cli import app
-from pp3cli.errors import UsageProblem
+from pp3cli.cli.app import app
+from pp3cli.evidence.greedy import greedy_path
+from pp3cli.receipts.recompute import RECOMPUTERS
+from pp3cli.run.errors import UsageProblem
+from pp3cli.timing import cases as probe_cases
+from pp3cli.timing import comparators as probe_comparators
+from pp3cli.timing import measure, probe
+from pp3cli.timing import summary as probe_summary
+from pp3cli.timing.comparators import ProbeInputs
+from pp3kernels import ChainInputs
 
 
 class FakeResult(NamedTuple):
@@ -29,7 +36,7 @@ class FakeResult(NamedTuple):
 
 def greedy_verifier(logits: torch.Tensor, draft_tokens: torch.Tensor, *args: Any, **kw: Any) -> Any:
     """A verifier that follows the T0 law for every row (valid output for T1 rows too)."""
-    tokens, accepted = probe.greedy_chain(torch.argmax(logits, dim=-1), draft_tokens)
+    tokens, accepted = greedy_path(torch.argmax(logits, dim=-1), draft_tokens)
     return FakeResult(tokens, accepted, torch.zeros(logits.shape[0], dtype=torch.int8))
 
 
@@ -44,7 +51,7 @@ def counting_timer(step_ms: float = 0.5) -> Callable[[Callable[[], object]], flo
     return timer
 
 
-TINY = probe.ProbeConfig(
+TINY = probe_cases.ProbeConfig(
     batches=(2, 3),
     depths=(2,),
     vocab=97,
@@ -60,67 +67,67 @@ TINY = probe.ProbeConfig(
 
 def tiny_data() -> dict[str, Any]:
     comparators = [
-        probe.chain_verifier_comparator("selector", greedy_verifier),
-        probe.argmax_comparator(),
+        probe_comparators.verifier_comparator("selector", greedy_verifier),
+        probe_comparators.argmax_comparator(),
     ]
     return probe.run_probe(
         TINY,
-        device="cpu",
+        device=torch.device("cpu"),
         comparators=comparators,
         missing={"vllm": "not available: test"},
         timer=counting_timer(),
-        capture=probe.eager_rounds,
+        capture=measure.eager_rounds,
         l2_bytes=4000,
         copy=None,
     )
 
 
 def test_defaults_give_the_design_cases_and_floors() -> None:
-    cases = probe.build_cases(probe.ProbeConfig())
+    cases = probe_cases.build_cases(probe_cases.ProbeConfig())
     # 6 batches x 2 depths x 3 shares, minus B=1 where share 0.5 rounds to all-T0.
     assert len(cases) == 6 * 2 * 3 - 2
-    b4k5 = probe.ProbeCase(4, 5, 129280, "bf16", "point", 0, 64)
-    b64k5 = probe.ProbeCase(64, 5, 129280, "bf16", "point", 0, 64)
+    b4k5 = probe_cases.ProbeCase(4, 5, 129280, "bf16", "point", 0, 64)
+    b64k5 = probe_cases.ProbeCase(64, 5, 129280, "bf16", "point", 0, 64)
     assert b4k5.logits_bytes() == 4 * 6 * 129280 * 2
-    assert probe.floor_us(b4k5.logits_bytes(), 4.3e12) == pytest.approx(1.4431, abs=1e-3)
-    assert probe.floor_us(b64k5.logits_bytes(), 4.3e12) == pytest.approx(23.090, abs=1e-2)
+    assert probe_cases.floor_us(b4k5.logits_bytes(), 4.3e12) == pytest.approx(1.4431, abs=1e-3)
+    assert probe_cases.floor_us(b64k5.logits_bytes(), 4.3e12) == pytest.approx(23.090, abs=1e-2)
     assert b4k5.bytes_read() == b4k5.logits_bytes() + 4 * 20 + 8 * 20 + 20 * 4
 
 
 def test_bad_options_name_the_value() -> None:
     with pytest.raises(UsageProblem, match="'x'"):
-        probe.parse_int_list("1,x", "--batch")
+        probe_cases.parse_int_list("1,x", "--batch")
     with pytest.raises(UsageProblem, match="--dtype"):
-        probe.ProbeConfig(dtype="int8").validate()
+        probe_cases.ProbeConfig(dtype="int8").validate()
     with pytest.raises(UsageProblem, match="--support"):
-        probe.ProbeConfig(drafts=("sparse",), support=48).validate()
+        probe_cases.ProbeConfig(drafts=("sparse",), support=48).validate()
     with pytest.raises(UsageProblem, match="--t0-share"):
-        probe.ProbeConfig(t0_shares=(1.5,)).validate()
+        probe_cases.ProbeConfig(t0_shares=(1.5,)).validate()
 
 
 def test_t0_rows_are_spread_and_rounded_half_up() -> None:
-    assert probe.t0_count(3, 0.5) == 2
-    assert probe.t0_count(1, 0.5) == 1
-    assert probe.t0_mask_list(4, 2) == [False, True, False, True]
-    assert sum(probe.t0_mask_list(64, 32)) == 32
+    assert probe_cases.t0_count(3, 0.5) == 2
+    assert probe_cases.t0_count(1, 0.5) == 1
+    assert probe_cases.t0_mask_list(4, 2) == [False, True, False, True]
+    assert sum(probe_cases.t0_mask_list(64, 32)) == 32
 
 
 def test_input_sets_cover_twice_l2_within_budget() -> None:
-    assert probe.input_set_count(1000, 60_000, rotate=True, budget_bytes=1 << 30) == 64
-    assert probe.input_set_count(50_000, 60_000, rotate=True, budget_bytes=1 << 30) == 3
-    assert probe.input_set_count(50_000, 60_000, rotate=False, budget_bytes=1 << 30) == 1
-    assert probe.input_set_count(50_000, 60_000, rotate=True, budget_bytes=100_000) == 2
+    assert probe_cases.input_set_count(1000, 60_000, rotate=True, budget_bytes=1 << 30) == 64
+    assert probe_cases.input_set_count(50_000, 60_000, rotate=True, budget_bytes=1 << 30) == 3
+    assert probe_cases.input_set_count(50_000, 60_000, rotate=False, budget_bytes=1 << 30) == 1
+    assert probe_cases.input_set_count(50_000, 60_000, rotate=True, budget_bytes=100_000) == 2
 
 
 def test_summary_statistics() -> None:
-    summary = probe.summarize([float(v) for v in range(1, 12)])
+    summary = probe_summary.summarize([float(v) for v in range(1, 12)])
     assert summary == {"n": 11.0, "median": 6.0, "p10": 2.0, "p90": 10.0, "min": 1.0, "max": 11.0}
 
 
 def test_time_replays_divides_by_rounds_and_rotates() -> None:
     calls: list[str] = []
     fns = [lambda: calls.append("a"), lambda: calls.append("b")]
-    samples = probe.time_replays(fns, rounds=10, warmup=2, replays=3, timer=counting_timer())
+    samples = measure.time_replays(fns, rounds=10, warmup=2, replays=3, timer=counting_timer())
     assert samples == [50.0, 100.0, 150.0]  # ms * 1000 / rounds
     assert calls == ["a", "b", "a", "b", "a", "b", "a"]
 
@@ -128,38 +135,44 @@ def test_time_replays_divides_by_rounds_and_rotates() -> None:
 def test_greedy_chain_and_checks_catch_a_wrong_token() -> None:
     argmax = torch.tensor([[3, 4, 5], [3, 4, 5]])
     drafts = torch.tensor([[3, 4], [3, 9]], dtype=torch.int32)
-    tokens, accepted = probe.greedy_chain(argmax, drafts)
+    tokens, accepted = greedy_path(argmax, drafts)
     assert tokens.tolist() == [[3, 4, 5], [3, 4, -1]]
     assert accepted.tolist() == [2, 1]
-    kwargs: dict[str, Any] = dict(
-        vocab=10,
-        draft_tokens=drafts,
-        t0_mask=torch.tensor([True, True]),
-        greedy_tokens=tokens,
-        greedy_accepted=accepted,
+    chain = ChainInputs(
+        torch.zeros((2, 3, 10)),
+        drafts,
+        torch.zeros(2),
+        torch.zeros(2, dtype=torch.int64),
+        torch.zeros(2, dtype=torch.int64),
     )
-    good = probe.check_chain(tokens, accepted, torch.zeros(2, dtype=torch.int8), **kwargs)
+    inputs = ProbeInputs(chain, torch.tensor([True, True]), tokens, accepted)
+    good = probe_comparators.check_chain(inputs, tokens, accepted, torch.zeros(2, dtype=torch.int8))
     assert all(good.values())
     wrong = tokens.clone()
     wrong[1, 1] = 7
-    flags = probe.check_chain(wrong, accepted, None, **kwargs)
+    flags = probe_comparators.check_chain(inputs, wrong, accepted, None)
     assert flags["t0_equals_greedy"] is False and flags["tokens_valid"] is True
     out_of_range = tokens.clone()
     out_of_range[0, 2] = 10
-    assert probe.check_chain(out_of_range, accepted, None, **kwargs)["tokens_valid"] is False
+    assert (
+        probe_comparators.check_chain(inputs, out_of_range, accepted, None)["tokens_valid"] is False
+    )
     status = torch.tensor([0, 1], dtype=torch.int8)
-    assert probe.check_chain(tokens, accepted, status, **kwargs)["status_ok"] is False
+    assert probe_comparators.check_chain(inputs, tokens, accepted, status)["status_ok"] is False
 
 
 def test_uncapturable_comparator_is_timed_eagerly_and_says_so() -> None:
-    case = probe.ProbeCase(2, 2, 97, "fp32", "point", 1, 4)
-    sets = [probe.make_inputs(case, device="cpu", seed=1, set_index=i) for i in range(3)]
+    case = probe_cases.ProbeCase(2, 2, 97, "fp32", "point", 1, 4)
+    sets = [
+        probe_comparators.make_inputs(case, device=torch.device("cpu"), seed=1, set_index=i)
+        for i in range(3)
+    ]
 
     def refuse(calls: Any) -> Any:
         raise RuntimeError("capture refused")
 
-    entry = probe.measure_comparator(
-        probe.chain_verifier_comparator("reference", greedy_verifier),
+    entry = measure.measure_comparator(
+        probe_comparators.verifier_comparator("reference", greedy_verifier),
         sets,
         rounds=2,
         warmup=1,
@@ -174,22 +187,22 @@ def test_uncapturable_comparator_is_timed_eagerly_and_says_so() -> None:
 
 
 def test_wrong_verifier_fails_its_check_and_is_not_timed() -> None:
-    case = probe.ProbeCase(3, 2, 97, "bf16", "point", 3, 4)
-    sets = [probe.make_inputs(case, device="cpu", seed=2, set_index=0)]
+    case = probe_cases.ProbeCase(3, 2, 97, "bf16", "point", 3, 4)
+    sets = [probe_comparators.make_inputs(case, device=torch.device("cpu"), seed=2, set_index=0)]
 
     def off_by_one(logits: torch.Tensor, drafts: torch.Tensor, *args: Any, **kw: Any) -> Any:
         result = greedy_verifier(logits, drafts)
         tokens = torch.where(result.tokens >= 0, (result.tokens + 1) % 97, result.tokens)
         return result._replace(tokens=tokens)
 
-    entry = probe.measure_comparator(
-        probe.chain_verifier_comparator("selector", off_by_one),
+    entry = measure.measure_comparator(
+        probe_comparators.verifier_comparator("selector", off_by_one),
         sets,
         rounds=2,
         warmup=0,
         replays=2,
         timer=counting_timer(),
-        capture=probe.eager_rounds,
+        capture=measure.eager_rounds,
     )
     assert entry["checks"]["t0_equals_greedy"] is False
     assert entry["times_us"] == [] and entry["summary"] is None
@@ -198,8 +211,8 @@ def test_wrong_verifier_fails_its_check_and_is_not_timed() -> None:
 def test_run_probe_data_shape_and_recomputer_detects_tampering() -> None:
     data = tiny_data()
     assert data["checks_passed"] is True
-    assert probe.verdict_of(data) == "PASS"
-    assert len(data["cases"]) == len(probe.build_cases(TINY)) == 8
+    assert probe_summary.verdict_of(data) == "PASS"
+    assert len(data["cases"]) == len(probe_cases.build_cases(TINY)) == 8
     first = data["cases"][0]
     assert set(first["comparators"]) == {"selector", "argmax", "vllm"}
     assert first["comparators"]["vllm"] == {"available": False, "reason": "not available: test"}
@@ -211,23 +224,23 @@ def test_run_probe_data_shape_and_recomputer_detects_tampering() -> None:
         selector["summary"]["median"] / first["comparators"]["argmax"]["summary"]["median"]
     )
     predicate = {"data": data, "verdict": "PASS"}
-    assert probe.recompute_probe(predicate) == "PASS"
+    assert probe_summary.recompute_probe(predicate) == "PASS"
 
     slower = copy.deepcopy(predicate)
     slower["data"]["cases"][1]["comparators"]["argmax"]["times_us"][0] += 1000.0
-    assert probe.recompute_probe_data(slower["data"])
-    assert probe.recompute_probe(slower) == "FAIL"
+    assert probe_summary.recompute_probe_data(slower["data"])
+    assert probe_summary.recompute_probe(slower) == "FAIL"
 
     flag = copy.deepcopy(predicate)
     flag["data"]["cases"][0]["comparators"]["selector"]["checks"]["status_ok"] = False
-    assert probe.recompute_probe(flag) == "FAIL"  # checks_passed no longer matches
+    assert probe_summary.recompute_probe(flag) == "FAIL"  # checks_passed no longer matches
 
 
 def test_receipt_round_trip_through_verify(tmp_path: Path) -> None:
-    from pp3cli.receipts import write_receipt
-    from pp3cli.verify import recomputer_for, verify_receipts
+    from pp3cli.receipts.verify import verify_receipts
+    from pp3cli.receipts.write import write_receipt
 
-    assert recomputer_for("probe") is probe.recompute_probe
+    assert RECOMPUTERS["probe"] is probe_summary.recompute_probe
     root = Path(__file__).resolve().parents[1]
     data = tiny_data()
     write_receipt(
@@ -236,7 +249,7 @@ def test_receipt_round_trip_through_verify(tmp_path: Path) -> None:
         parameters={"rounds": TINY.rounds},
         environment={"cuda_available": False},
         data=data,
-        verdict=probe.verdict_of(data),
+        verdict=probe_summary.verdict_of(data),
         root=root,
     )
     results = [r for r in verify_receipts(tmp_path, root=root) if r.file.startswith("probe-")]
@@ -253,7 +266,7 @@ def test_cli_dry_run_lists_cases_and_runs_nothing(tmp_path: Path) -> None:
 
 
 def test_cli_without_gpu_exits_3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pp3cli.errors import EnvironmentProblem
+    from pp3cli.run.errors import EnvironmentProblem
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     runner = CliRunner()
@@ -274,15 +287,15 @@ def test_cli_rejects_a_bad_draft_kind(tmp_path: Path) -> None:
 def test_probe_on_gpu_small_case(tmp_path: Path) -> None:
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    config = probe.ProbeConfig(batches=(4,), depths=(5,), t0_shares=(0.5,), replays=5)
-    comparators, missing = probe.load_comparators(None, require_vllm=False)
+    config = probe_cases.ProbeConfig(batches=(4,), depths=(5,), t0_shares=(0.5,), replays=5)
+    comparators, missing = probe_comparators.load_comparators(None, require_vllm=False)
     data = probe.run_probe(
         config,
         device=torch.device("cuda"),
         comparators=comparators,
         missing=missing,
-        timer=probe.cuda_event_timer,
-        capture=probe.cuda_graph_capture,
+        timer=measure.cuda_event_timer,
+        capture=measure.cuda_graph_capture,
         l2_bytes=torch.cuda.get_device_properties(0).L2_cache_size,
         copy=None,
         synchronize=torch.cuda.synchronize,
@@ -292,54 +305,54 @@ def test_probe_on_gpu_small_case(tmp_path: Path) -> None:
 
 
 def test_real_selector_and_reference_pass_the_checks_in_the_interpreter() -> None:
-    comparators, missing = probe.load_comparators(None, require_vllm=False)
+    comparators, missing = probe_comparators.load_comparators(None, require_vllm=False)
     assert missing["vllm"].startswith("not available: no overlay")
     names = [c.name for c in comparators]
     assert names[:2] == ["selector", "argmax"]
-    case = probe.ProbeCase(3, 2, 97, "bf16", "sparse", 2, 4)
-    sets = [probe.make_inputs(case, device="cpu", seed=3, set_index=0)]
+    case = probe_cases.ProbeCase(3, 2, 97, "bf16", "sparse", 2, 4)
+    sets = [probe_comparators.make_inputs(case, device=torch.device("cpu"), seed=3, set_index=0)]
     for comparator in comparators:
-        entry = probe.measure_comparator(
+        entry = measure.measure_comparator(
             comparator,
             sets,
             rounds=1,
             warmup=0,
             replays=1,
             timer=counting_timer(),
-            capture=probe.eager_rounds,
+            capture=measure.eager_rounds,
         )
         assert entry["checks"] and all(entry["checks"].values()), (comparator.name, entry)
 
 
 def test_require_vllm_refuses_without_an_overlay() -> None:
-    from pp3cli.errors import EnvironmentProblem
+    from pp3cli.run.errors import EnvironmentProblem
 
     with pytest.raises(EnvironmentProblem, match="--require-vllm"):
-        probe.load_comparators(None, require_vllm=True)
+        probe_comparators.load_comparators(None, require_vllm=True)
 
 
 def test_vllm_comparator_checks_masked_outputs() -> None:
     """Garbage past num_sampled must neither fail the checks nor the replay comparison."""
-    case = probe.ProbeCase(3, 2, 97, "bf16", "point", 3, 4)
-    sets = [probe.make_inputs(case, device="cpu", seed=4, set_index=0)]
+    case = probe_cases.ProbeCase(3, 2, 97, "bf16", "point", 3, 4)
+    sets = [probe_comparators.make_inputs(case, device=torch.device("cpu"), seed=4, set_index=0)]
     garbage = itertools.count(1000)
 
     def fake_rejection_sample(**kwargs: Any) -> Any:
         k = kwargs["num_speculative_steps"]
         logits = kwargs["target_logits"].reshape(-1, k + 1, kwargs["target_logits"].shape[-1])
         drafts = kwargs["draft_sampled"].reshape(-1, k + 1)[:, 1:]
-        tokens, accepted = probe.greedy_chain(torch.argmax(logits, dim=-1), drafts)
+        tokens, accepted = greedy_path(torch.argmax(logits, dim=-1), drafts)
         sampled = torch.where(tokens >= 0, tokens, next(garbage)).to(torch.int64)
         return sampled, (accepted + 1).to(torch.int32)
 
-    entry = probe.measure_comparator(
-        probe.vllm_comparator(fake_rejection_sample, note="fake"),
+    entry = measure.measure_comparator(
+        probe_comparators.vllm_comparator(fake_rejection_sample, note="fake"),
         sets,
         rounds=2,
         warmup=1,
         replays=2,
         timer=counting_timer(),
-        capture=probe.eager_rounds,
+        capture=measure.eager_rounds,
     )
     assert all(entry["checks"].values()), entry["checks"]
 
@@ -351,7 +364,7 @@ def test_slow_comparator_gets_one_graph_of_sets_and_few_replays() -> None:
         calls.append(1)
         return greedy_verifier(logits, draft_tokens)
 
-    config = probe.ProbeConfig(
+    config = probe_cases.ProbeConfig(
         batches=(2,),
         depths=(2,),
         vocab=97,
@@ -361,16 +374,16 @@ def test_slow_comparator_gets_one_graph_of_sets_and_few_replays() -> None:
         slow_replays=2,
     )
     comparators = [
-        probe.chain_verifier_comparator("selector", greedy_verifier),
-        probe.chain_verifier_comparator("reference", counted, slow=True),
+        probe_comparators.verifier_comparator("selector", greedy_verifier),
+        probe_comparators.verifier_comparator("reference", counted, slow=True),
     ]
     data = probe.run_probe(
         config,
-        device="cpu",
+        device=torch.device("cpu"),
         comparators=comparators,
         missing={},
         timer=counting_timer(),
-        capture=probe.eager_rounds,
+        capture=measure.eager_rounds,
         l2_bytes=4000,
         copy=None,
     )

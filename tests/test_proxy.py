@@ -12,8 +12,8 @@ import pytest
 import torch
 from test_wire import C, V, _batch, _law
 
-from pp3cli import proxy
-from pp3cli.receiver import DraftReceiver, RoundInputs
+from pp3cli.wire import proxy
+from pp3cli.wire.receiver import DraftReceiver, RoundInputs
 
 K, S, B, ROUNDS = 3, 4, 8, 3
 GENERATION = 4

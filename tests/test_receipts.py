@@ -13,9 +13,9 @@ import numpy as np
 import orjson
 import pytest
 
-from pp3cli import receipts
-from pp3cli.errors import Pp3Error
-from pp3cli.receipts import (
+from pp3cli.receipts import write as receipts
+from pp3cli.run.errors import Pp3Error
+from pp3cli.receipts.write import (
     SCHEMA_VERSION,
     canonical_json,
     git_state,
@@ -191,16 +191,9 @@ def test_write_receipt_refuses_bad_input(
     assert not list((tmp_path / "receipts").glob("*.json"))
 
 
-def test_register_kind_validates_names(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(receipts, "RECEIPT_KINDS", set(receipts.RECEIPT_KINDS))
-    assert receipts.register_kind("toy-kind") == "toy-kind" and "toy-kind" in receipts.RECEIPT_KINDS
-    with pytest.raises(ValueError, match="Bad_Kind"):
-        receipts.register_kind("Bad_Kind")
-
-
 def test_supersede_entries_hash_the_old_receipt_and_need_a_reason(tmp_path: Path) -> None:
-    from pp3cli.errors import UsageProblem
-    from pp3cli.receipts import supersede_entries
+    from pp3cli.run.errors import UsageProblem
+    from pp3cli.receipts.write import supersede_entries
 
     old = tmp_path / "qualification-20260101T000000000000Z.json"
     old.write_bytes(b'{"a":1}\n')

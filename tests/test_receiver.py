@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from test_wire import C, V, _batch, _law
 
-from pp3cli import receiver as rx
-from pp3cli import wire
+from pp3cli.wire import receiver as rx
+from pp3cli.wire import frames as wire
 
 K, S = 3, 4
 
@@ -54,8 +54,13 @@ def test_all_valid_frames_reach_the_selector_inputs() -> None:
     np.testing.assert_array_equal(inputs.temperature, temperature)
     assert inputs.refusals == [] and recv.stats.frames_accepted == len(rids)
     assert inputs.q_ids.dtype == np.int32 and inputs.draft_tokens.shape == (len(rids), K)
-    tensors = inputs.as_torch()
-    assert tensors[1].shape == (len(rids), K, S) and str(tensors[3].dtype) == "torch.float32"
+    import torch
+
+    logits = torch.zeros((len(rids), K + 1, V))
+    chain = inputs.chain_inputs(logits, torch.arange(len(rids)), torch.zeros(len(rids)))
+    assert chain.q_ids is not None and chain.q_ids.shape == (len(rids), K, S)
+    assert chain.temperature.dtype == torch.float32 and chain.denominator == C
+    assert chain.logits is logits
     assert recv.state(rids[0]).next_sequence == 1
 
 
@@ -177,7 +182,7 @@ def test_every_refusal_is_logged_with_request_and_reason(caplog) -> None:
     recv, rids, drafts, ids, counts, temperature = _setup()
     frames = _frames(drafts, ids, counts, temperature, rids)
     frames[4] = _reencode(4, drafts, ids, counts, temperature, rids, generation=0)
-    with caplog.at_level(logging.WARNING, logger="pp3cli.receiver"):
+    with caplog.at_level(logging.WARNING, logger="pp3cli.wire.receiver"):
         recv.receive_round(rids, frames[:5])  # request 105 sends nothing
     text = caplog.text
     assert f"request {rids[4]} (stale_generation)" in text

@@ -1,4 +1,4 @@
-"""Calibration, power and bookkeeping of pp3cli.stats (G-test, pooling, Holm, power)."""
+"""Calibration, power and bookkeeping of pp3cli.evidence.stats (G-test, pooling, Holm, power)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from pp3cli.stats import (
+from pp3cli.evidence.stats import (
     MemberResult,
     g_test,
     holm,

@@ -8,8 +8,8 @@ from fractions import Fraction
 import pytest
 import torch
 
-from pp3cli.qualify import member_laws
-from pp3cli.targets import TARGETS, ToyTarget, rounding_gap, target_by_name
+from pp3cli.evidence.family import member_laws
+from pp3cli.evidence.targets import TARGETS, ToyTarget, rounding_gap, target_by_name
 
 
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)

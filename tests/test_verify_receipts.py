@@ -11,11 +11,11 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from pp3cli import receipts, verify
-from pp3cli.cli import app
-from pp3cli.errors import Pp3Error
-from pp3cli.receipts import canonical_json, manifest_line, write_receipt
-from pp3cli.verify import FAIL, OK, STALE, Result, register_recomputer, verify_receipts
+from pp3cli.cli.app import app
+from pp3cli.receipts import recompute, write
+from pp3cli.receipts.verify import FAIL, OK, STALE, Result, verify_receipts
+from pp3cli.receipts.write import canonical_json, manifest_line, write_receipt
+from pp3cli.run.errors import Pp3Error
 
 TOY = "toy"
 
@@ -37,9 +37,8 @@ def toy_verdict(predicate: Mapping[str, Any]) -> str:
 
 @pytest.fixture
 def toy_kind(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(receipts, "RECEIPT_KINDS", receipts.RECEIPT_KINDS | {TOY})
-    monkeypatch.setattr(verify, "_RECOMPUTERS", {})
-    register_recomputer(TOY)(toy_verdict)
+    monkeypatch.setattr(write, "RECEIPT_KINDS", write.RECEIPT_KINDS | {TOY})
+    monkeypatch.setitem(recompute.RECOMPUTERS, TOY, toy_verdict)
 
 
 @pytest.fixture
@@ -233,26 +232,14 @@ def test_recomputer_that_raises_fails(written: list[Path], tree: Path) -> None:
 def test_kind_without_recomputer_fails(
     written: list[Path], tree: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(verify, "_RECOMPUTERS", {})
+    monkeypatch.delitem(recompute.RECOMPUTERS, TOY)
     results = check(written[0].parent, tree)
     assert all(statuses(results)[p.name] == FAIL for p in written), report(results)
     assert "no recomputer for kind toy" in report(results)
 
 
-def test_recomputer_modules_are_imported_lazily(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    module = tmp_path / "pp3_toy_recomputer.py"
-    module.write_text(
-        "from pp3cli.verify import register_recomputer\n"
-        "@register_recomputer('lazy')\n"
-        "def lazy(predicate):\n    return 'PASS'\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(verify, "_RECOMPUTERS", {})
-    monkeypatch.setattr(verify, "RECOMPUTER_MODULES", ("pp3_toy_recomputer",))
-    recompute = verify.recomputer_for("lazy")
-    assert recompute is not None and recompute({}) == "PASS"
+def test_every_receipt_kind_has_a_recomputer() -> None:
+    assert set(recompute.RECOMPUTERS) == set(write.RECEIPT_KINDS)
 
 
 def test_supersedes_must_reference_an_earlier_receipt_by_hash(

@@ -9,7 +9,7 @@ import numpy.typing as npt
 import pytest
 import torch
 
-from pp3cli import wire
+from pp3cli.wire import frames as wire
 
 V = 50
 C = 16

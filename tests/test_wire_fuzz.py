@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_wire import C, V, _batch, forge
 
-from pp3cli import wire
+from pp3cli.wire import frames as wire
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DRAFTS, IDS, COUNTS, TEMPERATURE = _batch(5)

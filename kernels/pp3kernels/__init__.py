@@ -76,13 +76,19 @@ __all__ = [
 def __getattr__(name: str) -> object:
     """Load the torch/Triton half of the API on first use of one of its names."""
     if name in ("point_mass_q", "quantise_q", "sample_drafts"):
-        from pp3kernels import drafts as module
-    elif name in ("DEFECTS", "reference_verify_chain"):
-        from pp3kernels import reference as module
-    elif name in ("LaunchPlan", "plan_launch", "verify_chain"):
-        from pp3kernels import selector as module
-    elif name == "validate_chain_inputs":
-        from pp3kernels import validate as module
-    else:
-        raise AttributeError(f"module 'pp3kernels' has no attribute {name!r}")
-    return getattr(module, name)
+        from pp3kernels import drafts
+
+        return getattr(drafts, name)
+    if name in ("DEFECTS", "reference_verify_chain"):
+        from pp3kernels import reference
+
+        return getattr(reference, name)
+    if name in ("LaunchPlan", "plan_launch", "verify_chain"):
+        from pp3kernels import selector
+
+        return getattr(selector, name)
+    if name == "validate_chain_inputs":
+        from pp3kernels import validate
+
+        return getattr(validate, name)
+    raise AttributeError(f"module 'pp3kernels' has no attribute {name!r}")

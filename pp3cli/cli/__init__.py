@@ -1,0 +1,1 @@
+"""The command line: a thin Typer app; one module per command, one skeleton for all receipts."""

@@ -1,0 +1,81 @@
+"""The pp3 command line: the Typer app, its global options, and the exit-code mapping.
+
+Commands register here, all the same way. Their modules import only light things at the
+top (typer and pp3's own option and error types), and torch, Triton, scipy and numpy
+inside the command, so that ``pp3 --help``, usage errors and ``pp3 verify-receipts`` start
+in a fraction of a second and run where torch is not installed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pp3cli import __version__
+from pp3cli.cli.clean_scratch import clean_scratch_command
+from pp3cli.cli.oracle import oracle_command
+from pp3cli.cli.overlay import overlay_app
+from pp3cli.cli.probe import probe_command
+from pp3cli.cli.qualify import qualify_command
+from pp3cli.cli.verify_receipts import verify_receipts_command
+from pp3cli.run.errors import Pp3Error
+from pp3cli.run.settings import DEFAULT_RECEIPTS, Settings, default_scratch
+
+app = typer.Typer(
+    name="pp3",
+    help="Prove a speculative-decoding verifier exactly lossless, and time it.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"pp3 {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    *,
+    scratch: Annotated[
+        Path | None,
+        typer.Option(
+            "--scratch",
+            envvar="PP3_SCRATCH",
+            help="Scratch root that pp3 owns (default ~/.cache/pp3/scratch).",
+        ),
+    ] = None,
+    receipts: Annotated[
+        Path,
+        typer.Option("--receipts", envvar="PP3_RECEIPTS", help="Receipts folder."),
+    ] = DEFAULT_RECEIPTS,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """pp3: qualify, oracle, probe, verify-receipts, clean-scratch."""
+    ctx.obj = Settings(scratch=scratch or default_scratch(), receipts=receipts)
+
+
+app.command("qualify")(qualify_command)
+app.command("oracle")(oracle_command)
+app.command("probe")(probe_command)
+app.command("verify-receipts")(verify_receipts_command)
+app.command("clean-scratch")(clean_scratch_command)
+app.add_typer(overlay_app)
+
+
+def main() -> None:
+    """Console entry point: Typer handles usage errors (exit 2); Pp3Error maps to its code."""
+    try:
+        app()
+    except Pp3Error as err:
+        typer.echo(f"pp3: {err}", err=True)
+        sys.exit(err.exit_code)

@@ -1,0 +1,259 @@
+"""`pp3 qualify`: G-test family + greedy pairing + edge battery + negative controls."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from pp3cli.cli.options import RunOptions, settings_of, with_run_options
+from pp3cli.cli.receipted import Finding, run_receipted
+from pp3cli.evidence.profiles import ALPHA, PROFILES, Profile
+from pp3cli.run.errors import EnvironmentProblem, UsageProblem
+from pp3cli.verifiers.registry import VerifierName
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+
+    from pp3cli.evidence.qualify import QualificationReport
+    from pp3cli.run.guard import GuardRecord
+
+
+def _plan_output(tv: float, alpha: float, json_output: bool) -> None:
+    import orjson
+    from rich.console import Console
+    from rich.table import Table
+
+    from pp3cli.evidence.family import plan_samples
+
+    rows = plan_samples(tv, alpha)
+    if json_output:
+        payload = {"tv": tv, "alpha": alpha, "members": [r.__dict__ for r in rows]}
+        typer.echo(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS).decode())
+        return
+    table = Table(title=f"samples per member: TV {tv:g}, power 0.99, family alpha {alpha:g}")
+    for column in ("member", "outcomes", "df (pooled)", "samples"):
+        table.add_column(column, justify="left" if column == "member" else "right")
+    for row in rows:
+        table.add_row(row.member, str(row.outcomes), str(row.df), f"{row.n_needed:,}")
+    Console().print(table)
+    typer.echo(f"requests per target: {max(r.n_needed for r in rows):,}")
+
+
+def _summary(report: QualificationReport) -> RenderableType:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=f"qualify ({report.profile}, n = {report.requests_per_target:,}/target)")
+    for column in ("member", "n", "df", "G", "p", "Holm adj.", "impossible", "result"):
+        table.add_column(column, justify="left" if column == "member" else "right")
+    rejected = set(report.family.rejected)
+    for record in report.members:
+        r = record.result
+        table.add_row(
+            r.name,
+            f"{r.n:,}",
+            str(r.df),
+            f"{r.statistic:.2f}",
+            f"{r.p_value:.3g}",
+            f"{report.family.adjusted[r.name]:.3g}",
+            str(r.impossible_hits),
+            "[red]FAIL[/red]" if r.name in rejected else "ok",
+        )
+    lines = [
+        f"greedy pairing: {report.greedy.mismatches} mismatches in {report.greedy.n:,} T0 requests"
+    ]
+    lines += [f"  mismatch {example}" for example in report.greedy.examples]
+    for edge in report.edge:
+        lines.append(f"edge {'ok  ' if edge.passed else 'FAIL'} {edge.name}: {edge.detail}")
+    for control in report.controls:
+        mark = "failed as required" if control.caught else "PASSED (not evidence)"
+        later = (
+            f"members, greedy mismatches {control.greedy.mismatches})"
+            if control.greedy.n
+            else "members; later parts skipped)"
+        )
+        lines.append(
+            f"control {control.defect}: {mark} (rejected {len(control.family.rejected)} {later}"
+        )
+    lines.append(f"verdict: {report.verdict}")
+    return Group(table, *(Text(line) for line in lines))
+
+
+def _progress_printer(console: Console, started: float) -> Any:
+    """A rich progress display; on a non-terminal (a log) one line per task start and end."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    bars = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
+    tasks: dict[str, Any] = {}
+
+    def progress(task: str, done: int, total: int) -> None:
+        if task not in tasks:
+            tasks[task] = bars.add_task(task, total=total)
+            if not console.is_terminal:
+                console.print(f"{time.monotonic() - started:8.1f}s start {task}")
+        bars.update(tasks[task], completed=done)
+        if done >= total and not console.is_terminal:
+            console.print(f"{time.monotonic() - started:8.1f}s done  {task} {done}/{total}")
+
+    return bars, progress
+
+
+@with_run_options
+def qualify_command(
+    ctx: typer.Context,
+    *,
+    run: RunOptions,
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            "--profile",
+            help="smoke | seed | strict. Default: strict on a GPU, seed on a CPU machine.",
+        ),
+    ] = None,
+    plan: Annotated[
+        bool, typer.Option("--plan", help="Print the samples each member needs; run nothing.")
+    ] = False,
+    tv: Annotated[
+        float | None,
+        typer.Option("--tv", help="Size the run to detect this total variation (power 0.99)."),
+    ] = None,
+    alpha: Annotated[float, typer.Option("--alpha", help="Family-wise alpha (Holm).")] = ALPHA,
+    seed: Annotated[int, typer.Option("--seed", help="The run's one Philox seed.")] = 0,
+    n_greedy: Annotated[
+        int | None,
+        typer.Option("--n-greedy", help="Paired T0 requests (default: the profile's)."),
+    ] = None,
+    verifier: Annotated[
+        VerifierName,
+        typer.Option("--verifier", help="selector (the Triton kernel) or reference (torch)."),
+    ] = VerifierName.selector,
+    full_controls: Annotated[
+        bool,
+        typer.Option(
+            "--full-controls",
+            help="Run every control through every part even after it has already failed.",
+        ),
+    ] = False,
+    via_proxy: Annotated[
+        bool,
+        typer.Option("--via-proxy", help="Send every draft through the real drafter proxy."),
+    ] = False,
+) -> None:
+    """Qualify a verifier: exact-law G-tests (Holm), greedy pairing, edge battery, controls.
+
+    Exit 0 on PASS, 1 on FAIL (a member rejected, a greedy mismatch, an edge check failed,
+    or a negative control that passed; the receipt is still written), 2 on bad options,
+    3 on an unfit machine.
+    """
+    settings = settings_of(ctx)
+    if not 0 < alpha < 1:
+        raise UsageProblem(f"--alpha {alpha}: expected 0 < alpha < 1")
+    if tv is not None and not 0 < tv <= 1:
+        raise UsageProblem(f"--tv {tv}: expected 0 < tv <= 1")
+    if n_greedy is not None and n_greedy < 1:
+        raise UsageProblem(f"--n-greedy {n_greedy}: expected at least 1")
+    if profile is not None and profile not in PROFILES:
+        raise UsageProblem(f"--profile {profile!r}: expected one of {', '.join(PROFILES)}")
+    if plan:
+        _plan_output(tv if tv is not None else 1e-3, alpha, run.json_output)
+        return
+
+    def work(record: GuardRecord) -> Finding:
+        return _qualify(
+            record,
+            profile=profile,
+            tv=tv,
+            alpha=alpha,
+            seed=seed,
+            n_greedy=n_greedy,
+            verifier=verifier.value,
+            full_controls=full_controls,
+            via_proxy=via_proxy,
+        )
+
+    run_receipted("qualify", settings, run, work, kind="qualification", require_gpu=False)
+
+
+def _qualify(
+    record: GuardRecord,
+    *,
+    profile: str | None,
+    tv: float | None,
+    alpha: float,
+    seed: int,
+    n_greedy: int | None,
+    verifier: str,
+    full_controls: bool,
+    via_proxy: bool,
+) -> Finding:
+    """The guarded work: pick the profile for this machine, run, and shape the receipt."""
+    from rich.console import Console
+
+    from pp3cli.evidence.qualify import run_qualification
+    from pp3cli.verifiers.registry import planted_defect_controls, resolve_verifier
+    from pp3cli.wire.proxy import ProxyDraftTransport
+    from pp3kernels.runtime import is_interpreter
+
+    cuda = record.cuda_available
+    if not cuda and verifier == VerifierName.selector and not is_interpreter():
+        raise EnvironmentProblem(
+            "no GPU and TRITON_INTERPRET is not 1: on a CPU machine the Triton selector runs "
+            "in Triton's interpreter; run `TRITON_INTERPRET=1 pp3 qualify` (or `make qualify`)"
+        )
+    chosen: Profile = PROFILES[profile or ("strict" if cuda else "seed")]
+    controls = planted_defect_controls()
+    device = "cuda" if cuda else "cpu"
+    transport = ProxyDraftTransport() if via_proxy else None
+    started = time.monotonic()
+    console = Console(stderr=True)
+    bars, progress = _progress_printer(console, started)
+    with bars:
+        report = run_qualification(
+            chosen,
+            verifier=resolve_verifier(verifier),
+            device=device,
+            alpha=alpha,
+            seed=seed,
+            tv=tv,
+            n_greedy=n_greedy,
+            controls=controls,
+            full_controls=full_controls,
+            transport=transport,
+            progress=progress,
+        )
+    data = report.to_json()
+    data["elapsed_s"] = round(time.monotonic() - started, 3)
+    if transport is not None:
+        data["proxy"] = transport.summary()
+    parameters = {
+        "profile": chosen.name,
+        "requests_per_target": report.requests_per_target,
+        "tv": tv if tv is not None else chosen.tv,
+        "alpha": alpha,
+        "seed": seed,
+        "n_greedy": report.greedy.n,
+        "verifier": verifier,
+        "device": device,
+        "controls": list(controls),
+        "full_controls": full_controls,
+        "via_proxy": via_proxy,
+        "batch": chosen.batch,
+        "repeats": chosen.repeats,
+    }
+    return Finding(parameters, data, report.verdict, summary=_summary(report))

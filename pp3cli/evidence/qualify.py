@@ -1,0 +1,494 @@
+"""``pp3 qualify``: a hypothesis test of a chain verifier against the exact law.
+
+Design (docs/method.md "Targets", docs/qualify.md):
+
+- For each of the toy targets (``pp3cli.evidence.targets``) n requests share ONE run seed
+  and get distinct positions (position = target_offset + 8 * request_index), so a verifier
+  whose counters are keyed by the batch index repeats its randomness in every batch; the
+  batch size is at most n / 16, so such a defect inflates every count at least 16-fold.
+- Drafts are drawn from the target's integer q by ``pp3kernels.sample_drafts``; one draft
+  row may be invalidated (-1) for odd request indices (the law is then an exact mixture).
+- The family (all members of all targets, ``pp3cli.evidence.family``) is G-tested with
+  pooled cells and Holm at alpha; the T0 greedy pairing and the edge battery must pass too.
+  Negative controls (verifiers with one planted defect each) run the same battery at the
+  same size and must each be caught; the verdict is FAIL if any control passes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from pp3cli.evidence.edge import EdgeResult, run_edge_battery
+from pp3cli.evidence.family import MemberRecord, judge_members, member_laws, requests_for
+from pp3cli.evidence.greedy import greedy_from_logits
+from pp3cli.evidence.profiles import MIN_REPEATS, Profile
+from pp3cli.evidence.stats import FamilyVerdict
+from pp3cli.evidence.targets import TARGETS, ToyTarget
+from pp3cli.evidence.verdict import battery_caught, qualification_verdict
+from pp3kernels import (
+    STATUS_OK,
+    ChainInputs,
+    ChainResult,
+    ChainVerifier,
+    point_mass_q,
+    sample_drafts,
+)
+
+POSITION_STRIDE = 8  # > K + 1: chain rows of distinct requests never share a position
+TARGET_OFFSET_BITS = 40
+GREEDY_VOCAB = 16
+GREEDY_DENOMINATOR = 1 << 16
+
+Progress = Callable[[str, int, int], None]
+
+
+class DraftTransport(Protocol):
+    """Carries a batch's drafts and q somewhere and back (e.g. through the drafter proxy).
+
+    Returns the inputs as received on the other side; a lost or refused frame comes back
+    as a fallback row (proposals -1), which changes the law, so the family sees it.
+    """
+
+    def __call__(
+        self, inputs: ChainInputs, request_index: torch.Tensor, generation: int, vocab: int
+    ) -> ChainInputs: ...
+
+
+# ---------------------------------------------------------------------------- counting
+
+
+def count_members(target: ToyTarget, result: ChainResult) -> dict[str, np.ndarray]:
+    """Counts per member outcome for one batch of outputs (``member_laws`` order).
+
+    A row is well formed iff status is OK, 0 <= accepted <= K, tokens[0..accepted] lie in
+    [0, V) and the rest are -1; any other row counts on every member's "malformed" outcome.
+    """
+    k, vocab = target.k, target.vocab
+    tokens = result.tokens.long()
+    acc = result.accepted.long()
+    cols = torch.arange(k + 1, device=tokens.device)
+    acc_clamped = acc.clamp(0, k)
+    emitted = cols.unsqueeze(0) <= acc_clamped.unsqueeze(1)
+    in_range = (tokens >= 0) & (tokens < vocab)
+    shape_ok = torch.where(emitted, in_range, tokens == -1).all(dim=1)
+    good = (result.status.long() == STATUS_OK) & (acc >= 0) & (acc <= k) & shape_ok
+    counts: dict[str, np.ndarray] = {}
+
+    def tally(codes: torch.Tensor, outcomes: int) -> np.ndarray:
+        codes = torch.where(good, codes, torch.full_like(codes, outcomes))
+        return torch.bincount(codes, minlength=outcomes + 1).cpu().numpy().astype(np.int64)
+
+    for j in range(k + 1):
+        slot = torch.where(emitted[:, j], tokens[:, j].clamp(0, vocab - 1), vocab)
+        counts[f"{target.name}/slot{j}"] = tally(slot, vocab + 1)
+    counts[f"{target.name}/accepted"] = tally(acc_clamped, k + 1)
+    final = tokens.gather(1, acc_clamped.unsqueeze(1)).squeeze(1).clamp(0, vocab - 1)
+    counts[f"{target.name}/joint"] = tally(acc_clamped * vocab + final, (k + 1) * vocab)
+    return counts
+
+
+def call_size(n: int, batch: int, repeats: int = MIN_REPEATS) -> int:
+    """Requests per verifier call: at most ``batch`` and at most ceil(n / repeats)."""
+    return max(1, min(batch, math.ceil(n / repeats)))
+
+
+def target_inputs(
+    target: ToyTarget, index: torch.Tensor, *, seed: int, target_index: int
+) -> ChainInputs:
+    """Inputs for the requests numbered ``index`` of one target (one run seed).
+
+    Request r has position (target_index << 40) + 8 r; logits and q are one small table
+    expanded with batch stride 0; drafts are drawn from q, row ``invalid_row`` set to -1 for
+    odd r.
+    """
+    device = index.device
+    b, k = index.shape[0], target.k
+    logits = target.logits(device)
+    q_ids, q_counts = target.q_tensors(device)
+    position = (target_index << TARGET_OFFSET_BITS) + POSITION_STRIDE * index
+    seeds = torch.full((b,), seed, dtype=torch.int64, device=device)
+    ids = q_ids.unsqueeze(0).expand(b, k, target.support)
+    counts = q_counts.unsqueeze(0).expand(b, k, target.support)
+    drafts = sample_drafts(ids, counts, target.denominator, seeds, position)
+    if target.invalid_row is not None:
+        drafts = drafts.clone()
+        drafts[(index % 2) == 1, target.invalid_row] = -1
+    return ChainInputs(
+        logits.unsqueeze(0).expand(b, k + 1, target.vocab),
+        drafts,
+        torch.full((b,), target.tau, dtype=torch.float32, device=device),
+        seeds,
+        position,
+        q_ids=ids,
+        q_counts=counts,
+        denominator=target.denominator,
+    )
+
+
+def sample_target(
+    target: ToyTarget,
+    n: int,
+    *,
+    verifier: ChainVerifier,
+    device: torch.device,
+    seed: int,
+    batch: int,
+    target_index: int,
+    repeats: int = MIN_REPEATS,
+    transport: DraftTransport | None = None,
+    progress: Progress | None = None,
+) -> dict[str, np.ndarray]:
+    """Run n requests of ``target`` through ``verifier``; return counts per member."""
+    totals: dict[str, np.ndarray] = {}
+    size = call_size(n, batch, repeats)
+    for start in range(0, n, size):
+        stop = min(n, start + size)
+        index = torch.arange(start, stop, dtype=torch.int64, device=device)
+        inputs = target_inputs(target, index, seed=seed, target_index=target_index)
+        if transport is not None:
+            inputs = transport(inputs, index, target_index, target.vocab)
+        for name, values in count_members(target, inputs.verify_with(verifier)).items():
+            totals[name] = totals[name] + values if name in totals else values
+        if progress is not None:
+            progress(target.name, stop, n)
+    return totals
+
+
+def run_family(
+    n: int,
+    *,
+    verifier: ChainVerifier,
+    device: torch.device,
+    seed: int,
+    batch: int,
+    alpha: float,
+    targets: Sequence[ToyTarget] = TARGETS,
+    repeats: int = MIN_REPEATS,
+    transport: DraftTransport | None = None,
+    progress: Progress | None = None,
+) -> tuple[list[MemberRecord], FamilyVerdict]:
+    """Sample every target n times, G-test each member, and apply Holm over the family."""
+    laws = []
+    counts: dict[str, np.ndarray] = {}
+    for index, target in enumerate(targets):
+        counts |= sample_target(
+            target,
+            n,
+            verifier=verifier,
+            device=device,
+            seed=seed,
+            batch=batch,
+            target_index=index,
+            repeats=repeats,
+            transport=transport,
+            progress=progress,
+        )
+        laws.extend(member_laws(target, n))
+    return judge_members(laws, counts, alpha)
+
+
+# ---------------------------------------------------------------------------- greedy
+
+
+@dataclass(frozen=True)
+class GreedyReport:
+    """T0 requests compared with the independent greedy path (``pp3cli.evidence.greedy``)."""
+
+    n: int
+    mismatches: int
+    examples: tuple[dict[str, Any], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """Receipt form."""
+        return {"n": self.n, "mismatches": self.mismatches, "examples": list(self.examples)}
+
+
+def _greedy_batch(
+    rng: np.random.Generator, b: int, k: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Random logits with many ties, signed zeros and -inf; drafts mostly on the greedy path.
+
+    Even rows are T0, odd rows T1 (tau in {1/2, 1, 2}). Returns (logits, drafts, tau).
+    """
+    vocab = GREEDY_VOCAB
+    logits = rng.integers(-3, 4, size=(b, k + 1, vocab)).astype(np.float32)
+    negative_zero = (logits == 0) & (rng.random(logits.shape) < 0.5)
+    logits[negative_zero] = -0.0
+    masked = rng.random(logits.shape) < 0.15
+    keep = rng.integers(0, vocab, size=(b, k + 1))
+    masked[np.arange(b)[:, None], np.arange(k + 1)[None, :], keep] = False
+    logits[masked] = -np.inf
+    y = np.argmax(logits, axis=-1)[:, :k]
+    choice = rng.random((b, k))
+    drafts = np.where(choice < 0.75, y, rng.integers(0, vocab, size=(b, k)))
+    drafts = np.where(choice > 0.96, -1, drafts).astype(np.int32)
+    tau = np.where(np.arange(b) % 2 == 0, 0.0, rng.choice([0.5, 1.0, 2.0], size=b))
+    return logits, drafts, tau.astype(np.float32)
+
+
+def run_greedy_pairing(
+    n_greedy: int,
+    *,
+    verifier: ChainVerifier,
+    device: torch.device,
+    seed: int,
+    batch: int,
+    progress: Progress | None = None,
+    max_examples: int = 10,
+) -> GreedyReport:
+    """n_greedy T0 requests, each paired with a T1 request in the same batch (even/odd rows).
+
+    K alternates 4/5 between batches. Every T0 row's tokens, accepted length and status must
+    equal the greedy path; a mismatch is recorded with the request's number.
+    """
+    rng = np.random.default_rng([seed, 0x67726565])
+    mismatches = 0
+    examples: list[dict[str, Any]] = []
+    done = 0
+    size = max(2, 2 * min(batch, n_greedy))
+    number = 0
+    while done < n_greedy:
+        pairs = min(size // 2, n_greedy - done)
+        b = 2 * pairs
+        logits_np, drafts_np, tau_np = _greedy_batch(rng, b, 4 if number % 2 == 0 else 5)
+        logits, drafts = torch.from_numpy(logits_np), torch.from_numpy(drafts_np)
+        q_ids, q_counts = point_mass_q(drafts, GREEDY_DENOMINATOR)
+        inputs = ChainInputs(
+            logits.to(device),
+            drafts.to(device),
+            torch.from_numpy(tau_np).to(device),
+            torch.full((b,), seed, dtype=torch.int64, device=device),
+            torch.arange(b, dtype=torch.int64, device=device) * POSITION_STRIDE + (number << 32),
+            q_ids=q_ids.to(device),
+            q_counts=q_counts.to(device),
+            denominator=GREEDY_DENOMINATOR,
+        )
+        result = inputs.verify_with(verifier)
+        greedy = slice(0, b, 2)
+        want_tokens, want_acc = greedy_from_logits(logits[greedy], drafts[greedy])
+        got_tokens = result.tokens[greedy].cpu().to(torch.int32)
+        got_acc = result.accepted[greedy].cpu().to(torch.int32)
+        got_status = result.status[greedy].cpu()
+        bad = (
+            (got_tokens != want_tokens).any(dim=1)
+            | (got_acc != want_acc)
+            | (got_status != STATUS_OK)
+        )
+        mismatches += int(bad.sum())
+        for row in bad.nonzero().flatten().tolist()[: max(0, max_examples - len(examples))]:
+            examples.append(
+                {
+                    "request": done + row,
+                    "batch": number,
+                    "drafts": drafts_np[2 * row].tolist(),
+                    "expected_tokens": want_tokens[row].tolist(),
+                    "got_tokens": got_tokens[row].tolist(),
+                    "expected_accepted": int(want_acc[row]),
+                    "got_accepted": int(got_acc[row]),
+                    "status": int(got_status[row]),
+                }
+            )
+        done += pairs
+        number += 1
+        if progress is not None:
+            progress("greedy pairing", done, n_greedy)
+    return GreedyReport(n_greedy, mismatches, tuple(examples))
+
+
+# ---------------------------------------------------------------------------- the run
+
+
+@dataclass(frozen=True)
+class ControlReport:
+    """One negative control: a verifier with a planted defect, run through the battery."""
+
+    defect: str
+    members: tuple[MemberRecord, ...]
+    family: FamilyVerdict
+    greedy: GreedyReport
+    edge: tuple[EdgeResult, ...]
+
+    @property
+    def caught(self) -> bool:
+        """True when the battery caught the defect (as it must)."""
+        return battery_caught(
+            self.family.passed, self.greedy.mismatches, (e.passed for e in self.edge)
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """Receipt form."""
+        return {
+            "defect": self.defect,
+            "members": [m.to_json() for m in self.members],
+            "family": self.family.to_json(),
+            "greedy": self.greedy.to_json(),
+            "edge": [e.to_json() for e in self.edge],
+            "failed_as_required": self.caught,
+        }
+
+
+@dataclass(frozen=True)
+class QualificationReport:
+    """Everything a qualification run found; ``verdict`` is PASS or FAIL."""
+
+    profile: str
+    requests_per_target: int
+    call_size: int
+    alpha: float
+    seed: int
+    members: tuple[MemberRecord, ...]
+    family: FamilyVerdict
+    greedy: GreedyReport
+    edge: tuple[EdgeResult, ...]
+    controls: tuple[ControlReport, ...] = field(default_factory=tuple)
+
+    @property
+    def verdict(self) -> str:
+        """``pp3cli.evidence.family.qualification_verdict`` of this run."""
+        return qualification_verdict(
+            self.family.passed,
+            self.greedy.mismatches,
+            (e.passed for e in self.edge),
+            (c.caught for c in self.controls),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """Receipt ``data``."""
+        return {
+            "profile": self.profile,
+            "requests_per_target": self.requests_per_target,
+            "call_size": self.call_size,
+            "members": [m.to_json() for m in self.members],
+            "family": self.family.to_json(),
+            "greedy": self.greedy.to_json(),
+            "edge": [e.to_json() for e in self.edge],
+            "controls": [c.to_json() for c in self.controls],
+            "verdict": self.verdict,
+        }
+
+
+def run_battery(
+    n: int,
+    n_greedy: int,
+    *,
+    verifier: ChainVerifier,
+    device: torch.device,
+    seed: int,
+    profile: Profile,
+    alpha: float,
+    targets: Sequence[ToyTarget],
+    progress: Progress | None,
+    stop_at_failure: bool = False,
+    transport: DraftTransport | None = None,
+) -> tuple[list[MemberRecord], FamilyVerdict, GreedyReport, list[EdgeResult]]:
+    """Family, then greedy pairing, then edge battery.
+
+    With ``stop_at_failure`` (negative controls) a later part is skipped once an earlier
+    one failed: the control has already been caught (greedy is then recorded with n = 0,
+    the edge battery as an empty list).
+    """
+    members, family = run_family(
+        n,
+        verifier=verifier,
+        device=device,
+        seed=seed,
+        batch=profile.batch,
+        alpha=alpha,
+        targets=targets,
+        repeats=profile.repeats,
+        transport=transport,
+        progress=progress,
+    )
+    if stop_at_failure and not family.passed:
+        return members, family, GreedyReport(0, 0, ()), []
+    greedy = run_greedy_pairing(
+        n_greedy,
+        verifier=verifier,
+        device=device,
+        seed=seed,
+        batch=profile.batch,
+        progress=progress,
+    )
+    if stop_at_failure and greedy.mismatches:
+        return members, family, greedy, []
+    return members, family, greedy, run_edge_battery(verifier, device=device, seed=seed)
+
+
+def run_qualification(
+    profile: Profile,
+    *,
+    verifier: ChainVerifier,
+    device: torch.device | str,
+    alpha: float,
+    seed: int = 0,
+    tv: float | None = None,
+    n_greedy: int | None = None,
+    controls: Mapping[str, ChainVerifier] | None = None,
+    full_controls: bool = False,
+    transport: DraftTransport | None = None,
+    targets: Sequence[ToyTarget] = TARGETS,
+    progress: Progress | None = None,
+) -> QualificationReport:
+    """Run the family, greedy pairing and edge battery for ``verifier`` and each control.
+
+    ``controls`` maps a defect name to a defective verifier (default: none); each runs the
+    same battery at the same size and must be caught; unless ``full_controls``, a control
+    stops at its first failing part. ``tv`` overrides the profile's size.
+    """
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha = {alpha}: expected 0 < alpha < 1")
+    dev = torch.device(device)
+    n = requests_for(profile, alpha, tv)
+    pairs = profile.n_greedy if n_greedy is None else n_greedy
+    if pairs < 1:
+        raise ValueError(f"n_greedy = {pairs}: expected at least 1")
+    members, family, greedy, edge = run_battery(
+        n,
+        pairs,
+        verifier=verifier,
+        device=dev,
+        seed=seed,
+        profile=profile,
+        alpha=alpha,
+        targets=targets,
+        progress=progress,
+        transport=transport,
+    )
+    reports = []
+    for defect, control in (controls or {}).items():
+
+        def tagged(task: str, done: int, total: int, _d: str = defect) -> None:
+            if progress is not None:
+                progress(f"control {_d}: {task}", done, total)
+
+        c_members, c_family, c_greedy, c_edge = run_battery(
+            n,
+            pairs,
+            verifier=control,
+            device=dev,
+            seed=seed,
+            profile=profile,
+            alpha=alpha,
+            targets=targets,
+            progress=tagged,
+            stop_at_failure=not full_controls,
+        )
+        reports.append(ControlReport(defect, tuple(c_members), c_family, c_greedy, tuple(c_edge)))
+    return QualificationReport(
+        profile=profile.name,
+        requests_per_target=n,
+        call_size=call_size(n, profile.batch, profile.repeats),
+        alpha=alpha,
+        seed=seed,
+        members=tuple(members),
+        family=family,
+        greedy=greedy,
+        edge=tuple(edge),
+        controls=tuple(reports),
+    )

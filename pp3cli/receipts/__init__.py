@@ -1,0 +1,1 @@
+"""Receipts: writing in-toto Statements, the hash-chained manifest, and verifying both."""

@@ -1,0 +1,1 @@
+"""How a command runs: settings, errors and exit codes, the guard, scratch, detaching."""
