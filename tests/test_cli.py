@@ -142,3 +142,90 @@ def test_supersedes_is_checked_before_anything_runs(command: str, tmp_path: Path
     )
     assert code == 2 and "absent.json" in output
     assert list(receipts.iterdir()) == []
+
+
+HEAVY_MODULES = {"torch", "triton", "scipy"}
+
+
+def _top_level_imports(args: list[str], cwd: Path) -> tuple[int, set[str]]:
+    """Exit code and the top-level modules a real `python -X importtime -m pp3cli` imported."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "pp3cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    modules = {
+        line.rsplit("|", 1)[-1].strip().split(".")[0]
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    return done.returncode, modules
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["--help"], 0),
+        (["--version"], 0),
+        (["qualify", "--help"], 0),
+        (["probe", "--help"], 0),
+        (["qualify", "--bogus"], 2),
+        (["oracle", "--alpha", "2"], 2),
+        (["verify-receipts"], 0),
+    ],
+)
+def test_cli_start_imports_no_torch_triton_or_scipy(
+    args: list[str], code: int, folders: dict[str, Path]
+) -> None:
+    """--help, --version, usage errors and verify-receipts (no receipts) stay light."""
+    returned, modules = _top_level_imports(
+        ["--receipts", str(folders["empty"]), "--scratch", str(folders["scratch"]), *args],
+        folders["empty"],
+    )
+    assert returned == code, (args, returned)
+    assert "pp3cli" in modules and not modules & HEAVY_MODULES, sorted(modules & HEAVY_MODULES)
+
+
+def test_verify_receipts_recomputes_without_torch_or_triton(tmp_path: Path) -> None:
+    """A reviewer's run over real receipts imports scipy to recompute, never torch/triton."""
+    receipts = Path(__file__).resolve().parents[1] / "receipts"
+    returned, modules = _top_level_imports(
+        ["--receipts", str(receipts), "verify-receipts"], tmp_path
+    )
+    assert returned == 0
+    assert "scipy" in modules and not modules & {"torch", "triton"}, sorted(modules)
+
+
+@pytest.mark.parametrize("command", ["qualify", "oracle", "probe"])
+def test_receipted_commands_list_their_own_and_the_shared_options(command: str) -> None:
+    own = {"qualify": "--via-proxy", "oracle": "--device", "probe": "--copy-mib"}[command]
+    code, output = invoke([command, "-h"])
+    assert code == 0, output
+    for option in (own, "--cpus", "--nice", "--threads", "--expect-power-limit", "--detach"):
+        assert option in output, (option, output)
+    for option in ("--supersedes", "--supersede-reason", "--json"):
+        assert option in output, (option, output)
+    assert "real drafter proxy" in invoke(["qualify", "-h"])[1]  # a command's own help text
+
+
+def test_only_pp3_errors_become_exit_codes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug is not a usage error: a ValueError escapes main() instead of exiting 2."""
+    from pp3cli.cli import app as app_module
+    from pp3cli.run.errors import UsageProblem
+
+    def broken() -> None:
+        raise ValueError("a bug, not bad input")
+
+    def refused() -> None:
+        raise UsageProblem("bad input")
+
+    monkeypatch.setattr(app_module, "app", broken)
+    with pytest.raises(ValueError, match="a bug"):
+        app_module.main()
+    monkeypatch.setattr(app_module, "app", refused)
+    with pytest.raises(SystemExit) as exited:
+        app_module.main()
+    assert exited.value.code == 2

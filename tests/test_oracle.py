@@ -226,6 +226,9 @@ def test_oracle_command_writes_a_verifiable_receipt(tmp_path: Path) -> None:
     assert len(written) == 1
     statement = json.loads(written[0].read_bytes())
     assert statement["predicate"]["verdict"] == "PASS"
+    # --json: stdout is the stored receipt itself; the receipt line goes to stderr
+    assert outcome.stdout == written[0].read_text(), outcome.stdout[:200]
+    assert f"receipt: {written[0]}  verdict: PASS" in outcome.stderr
     assert recompute_oracle(statement["predicate"]) == "PASS"
 
 

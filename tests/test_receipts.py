@@ -14,14 +14,9 @@ import orjson
 import pytest
 
 from pp3cli.receipts import write as receipts
+from pp3cli.receipts.sources import git_state, source_digests
+from pp3cli.receipts.write import SCHEMA_VERSION, canonical_json, write_receipt
 from pp3cli.run.errors import Pp3Error
-from pp3cli.receipts.write import (
-    SCHEMA_VERSION,
-    canonical_json,
-    git_state,
-    source_digests,
-    write_receipt,
-)
 
 
 def make_tree(root: Path) -> Path:
@@ -100,6 +95,12 @@ def test_git_state(tmp_path: Path) -> None:
     subprocess.run([git, "-C", str(tmp_path), *identity, "commit", "-qm", "x"], check=True)
     state = git_state(tmp_path)
     assert re.fullmatch(r"[0-9a-f]{40}", state["commit"]) and state["dirty"] is False, state
+    # a new receipt (and its manifest line) does not make the sources dirty
+    write(tmp_path / "receipts", tmp_path)
+    assert git_state(tmp_path)["dirty"] is False, "receipts/ must not count as a change"
+    (tmp_path / "notes.txt").write_text("untracked\n")
+    assert git_state(tmp_path)["dirty"] is True
+    (tmp_path / "notes.txt").unlink()
     (tmp_path / "kernels" / "selector.py").write_text("# changed\n")
     assert git_state(tmp_path)["dirty"] is True
 

@@ -17,7 +17,7 @@ import typer
 from pp3cli import __version__
 from pp3cli.cli.clean_scratch import clean_scratch_command
 from pp3cli.cli.oracle import oracle_command
-from pp3cli.cli.overlay import overlay_app
+from pp3cli.cli.overlay import overlay_fetch_command, overlay_verify_command
 from pp3cli.cli.probe import probe_command
 from pp3cli.cli.qualify import qualify_command
 from pp3cli.cli.verify_receipts import verify_receipts_command
@@ -69,6 +69,15 @@ app.command("oracle")(oracle_command)
 app.command("probe")(probe_command)
 app.command("verify-receipts")(verify_receipts_command)
 app.command("clean-scratch")(clean_scratch_command)
+
+overlay_app = typer.Typer(
+    name="overlay",
+    help="The pinned vLLM 0.33.0 rejection-sampler overlay (the probe's peer comparator).",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    no_args_is_help=True,
+)
+overlay_app.command("fetch")(overlay_fetch_command)
+overlay_app.command("verify")(overlay_verify_command)
 app.add_typer(overlay_app)
 
 

@@ -7,8 +7,6 @@ from typing import Annotated
 import typer
 
 from pp3cli.cli.options import settings_of
-from pp3cli.run.guard import hold_lock
-from pp3cli.run.scratch import execute_clean, plan_clean
 
 
 def clean_scratch_command(
@@ -28,6 +26,9 @@ def clean_scratch_command(
     Refuses (exit 2) a scratch root that is /, a home folder, the repository root or lacks
     pp3's marker; exit 3 while another pp3 holds the lock.
     """
+    from pp3cli.run.guard import hold_lock
+    from pp3cli.run.scratch import execute_clean, plan_clean
+
     settings = settings_of(ctx)
     plan = plan_clean(settings.scratch, bytecode=bytecode)
     if plan.scratch_root is None and not plan.bytecode:

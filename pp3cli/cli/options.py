@@ -14,12 +14,14 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from pp3cli.run.guard import GuardOptions, guard_options
 from pp3cli.run.settings import Settings
+
+if TYPE_CHECKING:
+    from pp3cli.run.guard import GuardOptions
 
 JsonOption = Annotated[
     bool, typer.Option("--json", help="Print the result as JSON on stdout (the receipt itself).")
@@ -137,6 +139,8 @@ def _run_options(
     json_output: bool,
 ) -> RunOptions:
     """Validate the shared options (UsageProblem naming the bad value) and bundle them."""
+    from pp3cli.run.guard import guard_options
+
     return RunOptions(
         guard=guard_options(cpus, nice, threads, expect_power_limit, detach),
         supersedes=tuple(supersedes or ()),
@@ -152,7 +156,7 @@ def with_run_options(body: Callable[..., None]) -> Callable[..., None]:
     command's signature lists the body's options, then ``RUN_PARAMETERS``, and calls
     ``body(run=RunOptions(...), **own options)``.
     """
-    signature = inspect.signature(body)
+    signature = inspect.signature(body, eval_str=True)
     own = [parameter for name, parameter in signature.parameters.items() if name != "run"]
     shared = [parameter.name for parameter in RUN_PARAMETERS]
 

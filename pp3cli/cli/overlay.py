@@ -9,24 +9,17 @@ import typer
 
 from pp3cli.cli.options import settings_of
 from pp3cli.run.settings import Settings
-from pp3cli.verifiers import overlay
-
-overlay_app = typer.Typer(
-    name="overlay",
-    help="The pinned vLLM 0.33.0 rejection-sampler overlay (the probe's peer comparator).",
-    context_settings={"help_option_names": ["-h", "--help"]},
-    no_args_is_help=True,
-)
 
 
 def _overlay_dir(settings: Settings, path: Path | None, dest: Path | None) -> Path:
+    from pp3cli.verifiers import overlay
+
     if path is not None:
         return path
     return overlay.overlay_root(settings.scratch, dest) / overlay.OVERLAY_NAME
 
 
-@overlay_app.command("fetch")
-def fetch(
+def overlay_fetch_command(
     ctx: typer.Context,
     *,
     dest: Annotated[
@@ -47,6 +40,8 @@ def fetch(
     ] = False,
 ) -> None:
     """Download vllm==0.33.0, check the pinned files, and write the overlay."""
+    from pp3cli.verifiers import overlay
+
     settings = settings_of(ctx)
     typer.echo(f"fetching vllm=={overlay.VLLM_VERSION} (about 336 MB) ...", err=True)
     target = overlay.fetch_overlay(settings.scratch, dest=dest, wheel=wheel, force_new=force_new)
@@ -55,8 +50,7 @@ def fetch(
     typer.echo(str(target))
 
 
-@overlay_app.command("verify")
-def verify(
+def overlay_verify_command(
     ctx: typer.Context,
     path: Annotated[
         Path | None, typer.Argument(help="Overlay folder (default <scratch>/overlay/vllm-0.33.0).")
@@ -71,6 +65,8 @@ def verify(
     ] = False,
 ) -> None:
     """Re-hash an overlay's files against the pins (exit 1 naming the first mismatch)."""
+    from pp3cli.verifiers import overlay
+
     target = _overlay_dir(settings_of(ctx), path, dest)
     overlay.verify_overlay(target)
     typer.echo(f"OK: {target}")

@@ -309,15 +309,20 @@ def _check_sources(
         elif now != digest:
             changed.append(name)
     added = sorted(set(current) - set(recorded))
-    parts = []
-    if changed:
-        parts.append(f"changed {', '.join(changed)}")
-    if missing:
-        parts.append(f"missing {', '.join(missing)}")
-    if added:
-        parts.append(f"added {', '.join(added)}")
+    parts = [
+        f"{label} {_listing(names)}"
+        for label, names in (("changed", changed), ("missing", missing), ("added", added))
+        if names
+    ]
     if parts:
         result.stale("sources moved on since: " + "; ".join(parts))
+
+
+def _listing(names: list[str], shown: int = 4) -> str:
+    """Up to ``shown`` names, then how many more: ``a, b, c, d and 7 more (11 files)``."""
+    if len(names) <= shown:
+        return ", ".join(names)
+    return f"{', '.join(names[:shown])} and {len(names) - shown} more ({len(names)} files)"
 
 
 def verify_receipts(receipts_dir: Path, *, root: Path, strict: bool = False) -> list[Result]:
