@@ -16,8 +16,9 @@ import pynvml
 import pytest
 import torch
 
-from pp3cli.run.errors import EnvironmentProblem, UsageProblem
+from pp3cli.receipts.write import canonical_json
 from pp3cli.run.detach import start_detached
+from pp3cli.run.errors import EnvironmentProblem, UsageProblem
 from pp3cli.run.guard import (
     GuardOptions,
     format_cpu_list,
@@ -25,7 +26,6 @@ from pp3cli.run.guard import (
     guarded,
     parse_cpu_list,
 )
-from pp3cli.receipts.write import canonical_json
 from pp3cli.run.scratch import MARKER_NAME, ensure_scratch, has_marker, new_run_dir, tmux_socket
 from pp3cli.run.settings import Settings
 

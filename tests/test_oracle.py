@@ -15,7 +15,6 @@ from typer.testing import CliRunner
 
 import pp3kernels
 from pp3cli.cli.app import app
-from pp3cli.run.errors import UsageProblem
 from pp3cli.evidence.exact import chain_law, lossless_identity
 from pp3cli.evidence.oracle import (
     DENOMINATOR,
@@ -26,6 +25,7 @@ from pp3cli.evidence.oracle import (
     run_oracle,
     targets,
 )
+from pp3cli.run.errors import UsageProblem
 
 N_CPU = 1500
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from pp3cli.run.errors import CheckFailed, UsageProblem
 from pp3cli.verifiers import overlay
 from pp3cli.verifiers.vllm_mrv2 import chain_from_vllm, vllm_arguments
 from pp3kernels import ChainInputs
-from pp3cli.run.errors import CheckFailed, UsageProblem
 
 # A tiny stand-in for the wheel: same import structure, trivially small, no vLLM code.
 FAKE_ENTRY = """import torch

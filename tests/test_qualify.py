@@ -94,7 +94,8 @@ def test_a_passing_control_fails_the_run(reference_report: QualificationReport) 
 
 def _judge(entries: list[dict[str, Any]]) -> bool:
     results = [
-        g_test(e["name"], e["observed"], [fraction_from_text(p) for p in e["exact"]]) for e in entries
+        g_test(e["name"], e["observed"], [fraction_from_text(p) for p in e["exact"]])
+        for e in entries
     ]
     return holm(results, ALPHA).passed
 

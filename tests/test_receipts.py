@@ -193,8 +193,8 @@ def test_write_receipt_refuses_bad_input(
 
 
 def test_supersede_entries_hash_the_old_receipt_and_need_a_reason(tmp_path: Path) -> None:
-    from pp3cli.run.errors import UsageProblem
     from pp3cli.receipts.write import supersede_entries
+    from pp3cli.run.errors import UsageProblem
 
     old = tmp_path / "qualification-20260101T000000000000Z.json"
     old.write_bytes(b'{"a":1}\n')

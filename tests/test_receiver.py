@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from test_wire import C, V, _batch, _law
 
-from pp3cli.wire import receiver as rx
 from pp3cli.wire import frames as wire
+from pp3cli.wire import receiver as rx
 
 K, S = 3, 4
 
