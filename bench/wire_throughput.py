@@ -16,8 +16,8 @@ import time
 
 import numpy as np
 
-from pp3cli import wire
-from pp3cli.receiver import DraftReceiver
+from pp3cli.wire import frames as wire
+from pp3cli.wire.receiver import DraftReceiver
 
 B, K, S, V, C = 64, 5, 64, 129280, 1 << 16
 

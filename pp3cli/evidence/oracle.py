@@ -4,7 +4,7 @@ For each of four synthetic draft policies on a fixed rational target (V = 8, K =
 
 1. the float draft probabilities are quantised to integer counts over C = 2^16 with
    ``pp3kernels.quantise_q`` on the run's device; those exact counts are what the exact
-   law is computed for (``pp3cli.exact.chain_law``), and the law is checked, with
+   law is computed for (``pp3cli.evidence.exact.chain_law``), and the law is checked, with
    ``Fraction``s and no tolerance, to satisfy the lossless identity;
 2. N requests are drawn: drafts by ``pp3kernels.sample_drafts`` from the same counts,
    then one verifier call (``verify_chain`` or ``reference_verify_chain``) at tau = 1;
@@ -20,8 +20,8 @@ rounding could make an exactly-impossible rejection reachable, so such a policy 
 refused before sampling (it does not happen for these targets).
 
 The receipt stores the targets, the integer counts, the exact law (``"num/den"``) and its
-SHA-256, and the raw outcome counts; ``recompute_verdict`` (registered for kind
-``oracle``) rebuilds the law from the stored inputs and re-runs every test from the
+SHA-256, and the raw outcome counts; ``recompute_oracle`` (what ``verify-receipts`` runs
+for kind ``oracle``) rebuilds the law from the stored inputs and re-runs every test from the
 counts, trusting no stored statistic.
 """
 

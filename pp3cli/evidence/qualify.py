@@ -350,7 +350,7 @@ class QualificationReport:
 
     @property
     def verdict(self) -> str:
-        """``pp3cli.evidence.family.qualification_verdict`` of this run."""
+        """``pp3cli.evidence.verdict.qualification_verdict`` of this run."""
         return qualification_verdict(
             self.family.passed,
             self.greedy.mismatches,

@@ -23,7 +23,7 @@ typed :class:`WireError` naming the offending value, or decodes into arrays that
   a T0 request never reads q).
 
 Per-request state (owner, generation, next sequence) is the receiver's job
-(``pp3cli.receiver``). Encoding and decoding are vectorised with numpy: no Python loop runs
+(``pp3cli.wire.receiver``). Encoding and decoding are vectorised with numpy: no Python loop runs
 per token, only per frame.
 """
 

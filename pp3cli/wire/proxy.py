@@ -3,10 +3,10 @@
 Topology. The verifier (this process) and the drafter share one duplex
 ``multiprocessing.Pipe`` -- a Unix socketpair. Each round the verifier sends the drafter a
 job (the round's proposals and q, pickled: verifier -> drafter only); the drafter encodes one
-frame per request (``pp3cli.wire``), keeping its own per-request generation and sequence,
+frame per request (``pp3cli.wire.frames``), keeping its own per-request generation and sequence,
 sends each frame as one message, then an end-of-round marker naming the round and how many
 frames it sent. The verifier never unpickles anything from the drafter: it reads raw bytes
-(bounded in size) and hands them to a :class:`~pp3cli.receiver.DraftReceiver`, which
+(bounded in size) and hands them to a :class:`~pp3cli.wire.receiver.DraftReceiver`, which
 validates them and falls back to target-only verification for any request without a
 valid frame. A round ends at its end marker, at a deadline, or when the drafter is gone
 (EOF); nothing blocks beyond the deadline.
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     from pp3kernels import ChainInputs
 
-LOGGER = logging.getLogger("pp3cli.proxy")
+LOGGER = logging.getLogger(__name__)
 
 END_MAGIC: Final = b"PP3E"
 END = struct.Struct("<4sQI")  # magic, round index, frames sent; then CRC32C

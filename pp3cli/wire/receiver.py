@@ -6,7 +6,7 @@ number. :meth:`DraftReceiver.receive_round` turns whatever bytes arrived for one
 fixed-shape selector inputs (``draft_tokens`` [B, K], ``q_ids``/``q_counts`` [B, K, S],
 ``temperature`` [B]).
 
-A frame reaches the selector only if it decodes and validates (``pp3cli.wire``) *and*
+A frame reaches the selector only if it decodes and validates (``pp3cli.wire.frames``) *and*
 its header matches the request's state: owned by this slot, scheduled in this round,
 current generation, sequence == next expected, K/S/C of this receiver, the verifier's own
 temperature, and exactly one such frame for the request in the round.
@@ -16,7 +16,7 @@ target-only for the round: its row gets ``draft_tokens = -1`` at every position 
 all-padding q (ids -1, counts 0). Under the selector contract, a proposal of -1 at
 position 0 stops the chain there: a T1 request emits one token z ~ p_0, a T0 request emits
 the greedy token argmax p_0 -- exactly a K = 0 verification, without changing the batch
-shape. Every refusal and every fallback is logged (logger ``pp3cli.receiver``) with the
+shape. Every refusal and every fallback is logged (logger ``pp3cli.wire.receiver``) with the
 request id and the reason, and kept in :attr:`DraftReceiver.refusals`.
 
 Sequence numbers count rounds: the drafter sends sequence s for the request's s-th round
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     from pp3kernels import ChainInputs
 
-LOGGER = logging.getLogger("pp3cli.receiver")
+LOGGER = logging.getLogger(__name__)
 
 MISSING = "missing"  # fallback reason: no frame at all arrived for the request
 
