@@ -161,6 +161,16 @@ def test_greedy_chain_and_checks_catch_a_wrong_token() -> None:
     assert probe_comparators.check_chain(inputs, tokens, accepted, status)["status_ok"] is False
 
 
+def measure_on_cpu(comparator: Any, sets: list[Any], **method: Any) -> dict[str, Any]:
+    """``measure_comparator`` with the fake timer; ``method`` gives rounds, replays, ..."""
+    arguments: dict[str, Any] = {"rounds": 2, "warmup": 1, "replays": 2}
+    arguments.update(method)
+    capture = arguments.pop("capture", measure.eager_rounds)
+    return measure.measure_comparator(
+        comparator, sets, timer=counting_timer(), capture=capture, **arguments
+    )
+
+
 def test_uncapturable_comparator_is_timed_eagerly_and_says_so() -> None:
     case = probe_cases.ProbeCase(2, 2, 97, "fp32", "point", 1, 4)
     sets = [
@@ -171,15 +181,8 @@ def test_uncapturable_comparator_is_timed_eagerly_and_says_so() -> None:
     def refuse(calls: Any) -> Any:
         raise RuntimeError("capture refused")
 
-    entry = measure.measure_comparator(
-        probe_comparators.verifier_comparator("reference", greedy_verifier),
-        sets,
-        rounds=2,
-        warmup=1,
-        replays=4,
-        timer=counting_timer(),
-        capture=refuse,
-    )
+    comparator = probe_comparators.verifier_comparator("reference", greedy_verifier)
+    entry = measure_on_cpu(comparator, sets, replays=4, capture=refuse)
     assert entry["graph"] is False
     assert "capture refused" in entry["note"] and "timed eagerly" in entry["note"]
     assert entry["groups"] == 2 and len(entry["times_us"]) == 4
@@ -195,15 +198,8 @@ def test_wrong_verifier_fails_its_check_and_is_not_timed() -> None:
         tokens = torch.where(result.tokens >= 0, (result.tokens + 1) % 97, result.tokens)
         return result._replace(tokens=tokens)
 
-    entry = measure.measure_comparator(
-        probe_comparators.verifier_comparator("selector", off_by_one),
-        sets,
-        rounds=2,
-        warmup=0,
-        replays=2,
-        timer=counting_timer(),
-        capture=measure.eager_rounds,
-    )
+    comparator = probe_comparators.verifier_comparator("selector", off_by_one)
+    entry = measure_on_cpu(comparator, sets, warmup=0)
     assert entry["checks"]["t0_equals_greedy"] is False
     assert entry["times_us"] == [] and entry["summary"] is None
 
@@ -312,15 +308,7 @@ def test_real_selector_and_reference_pass_the_checks_in_the_interpreter() -> Non
     case = probe_cases.ProbeCase(3, 2, 97, "bf16", "sparse", 2, 4)
     sets = [probe_comparators.make_inputs(case, device=torch.device("cpu"), seed=3, set_index=0)]
     for comparator in comparators:
-        entry = measure.measure_comparator(
-            comparator,
-            sets,
-            rounds=1,
-            warmup=0,
-            replays=1,
-            timer=counting_timer(),
-            capture=measure.eager_rounds,
-        )
+        entry = measure_on_cpu(comparator, sets, rounds=1, warmup=0, replays=1)
         assert entry["checks"] and all(entry["checks"].values()), (comparator.name, entry)
 
 
@@ -345,15 +333,8 @@ def test_vllm_comparator_checks_masked_outputs() -> None:
         sampled = torch.where(tokens >= 0, tokens, next(garbage)).to(torch.int64)
         return sampled, (accepted + 1).to(torch.int32)
 
-    entry = measure.measure_comparator(
-        probe_comparators.vllm_comparator(fake_rejection_sample, note="fake"),
-        sets,
-        rounds=2,
-        warmup=1,
-        replays=2,
-        timer=counting_timer(),
-        capture=measure.eager_rounds,
-    )
+    comparator = probe_comparators.vllm_comparator(fake_rejection_sample, note="fake")
+    entry = measure_on_cpu(comparator, sets)
     assert all(entry["checks"].values()), entry["checks"]
 
 

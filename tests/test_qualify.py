@@ -20,9 +20,9 @@ from pp3cli.evidence.family import member_laws, plan_samples, recompute_qualific
 from pp3cli.evidence.greedy import greedy_from_logits
 from pp3cli.evidence.profiles import PROFILES
 from pp3cli.evidence.qualify import (
+    Battery,
     QualificationReport,
     count_members,
-    run_battery,
     run_qualification,
 )
 from pp3cli.evidence.stats import g_test, holm, power_of
@@ -59,18 +59,8 @@ def test_reference_passes_smoke(reference_report: QualificationReport) -> None:
 def test_each_defect_fails_smoke(defect: str) -> None:
     """The control battery (stopping at its first failing part) catches every defect."""
     bad = functools.partial(reference_verify_chain, defect=defect)
-    members, family, greedy, edge = run_battery(
-        SMOKE.requests or 0,
-        SMOKE.n_greedy,
-        verifier=bad,
-        device=torch.device("cpu"),
-        seed=3,
-        profile=SMOKE,
-        alpha=ALPHA,
-        targets=TARGETS,
-        progress=None,
-        stop_at_failure=True,
-    )
+    battery = Battery(SMOKE.requests or 0, SMOKE.n_greedy, torch.device("cpu"), 3, SMOKE, ALPHA)
+    members, family, greedy, edge = battery.run(bad, stop_at_failure=True)
     caught = battery_caught(family.passed, greedy.mismatches, (e.passed for e in edge))
     assert caught, f"control {defect} passed the smoke battery"
 

@@ -175,85 +175,60 @@ def qualify_command(
         return
 
     def work(record: GuardRecord) -> Finding:
-        return _qualify(
-            record,
-            profile=profile,
-            tv=tv,
-            alpha=alpha,
-            seed=seed,
-            n_greedy=n_greedy,
-            verifier=verifier.value,
-            full_controls=full_controls,
-            via_proxy=via_proxy,
-        )
+        """The guarded work: pick the profile for this machine, run, and shape the receipt."""
+        from rich.console import Console
+
+        from pp3cli.evidence.qualify import run_qualification
+        from pp3cli.verifiers.registry import planted_defect_controls, resolve_verifier
+        from pp3cli.wire.proxy import ProxyDraftTransport
+        from pp3kernels.runtime import is_interpreter
+
+        cuda = record.cuda_available
+        if not cuda and verifier is VerifierName.selector and not is_interpreter():
+            raise EnvironmentProblem(
+                "no GPU and TRITON_INTERPRET is not 1: on a CPU machine the Triton selector runs "
+                "in Triton's interpreter; run `TRITON_INTERPRET=1 pp3 qualify` (or `make qualify`)"
+            )
+        chosen: Profile = PROFILES[profile or ("strict" if cuda else "seed")]
+        controls = planted_defect_controls()
+        device = "cuda" if cuda else "cpu"
+        transport = ProxyDraftTransport() if via_proxy else None
+        started = time.monotonic()
+        console = Console(stderr=True)
+        bars, progress = _progress_printer(console, started)
+        with bars:
+            report = run_qualification(
+                chosen,
+                verifier=resolve_verifier(verifier.value),
+                device=device,
+                alpha=alpha,
+                seed=seed,
+                tv=tv,
+                n_greedy=n_greedy,
+                controls=controls,
+                full_controls=full_controls,
+                transport=transport,
+                progress=progress,
+            )
+        data = report.to_json()
+        data["elapsed_s"] = round(time.monotonic() - started, 3)
+        if transport is not None:
+            data["proxy"] = transport.summary()
+        parameters = {
+            "profile": chosen.name,
+            "requests_per_target": report.requests_per_target,
+            "tv": tv if tv is not None else chosen.tv,
+            "alpha": alpha,
+            "seed": seed,
+            "n_greedy": report.greedy.n,
+            "verifier": verifier.value,
+            "device": device,
+            "controls": list(controls),
+            "full_controls": full_controls,
+            "via_proxy": via_proxy,
+            "batch": chosen.batch,
+            "repeats": chosen.repeats,
+        }
+        return Finding(parameters, data, report.verdict, summary=_summary(report))
 
     run_receipted("qualify", settings, run, work, kind="qualification", require_gpu=False)
-
-
-def _qualify(
-    record: GuardRecord,
-    *,
-    profile: str | None,
-    tv: float | None,
-    alpha: float,
-    seed: int,
-    n_greedy: int | None,
-    verifier: str,
-    full_controls: bool,
-    via_proxy: bool,
-) -> Finding:
-    """The guarded work: pick the profile for this machine, run, and shape the receipt."""
-    from rich.console import Console
-
-    from pp3cli.evidence.qualify import run_qualification
-    from pp3cli.verifiers.registry import planted_defect_controls, resolve_verifier
-    from pp3cli.wire.proxy import ProxyDraftTransport
-    from pp3kernels.runtime import is_interpreter
-
-    cuda = record.cuda_available
-    if not cuda and verifier == VerifierName.selector and not is_interpreter():
-        raise EnvironmentProblem(
-            "no GPU and TRITON_INTERPRET is not 1: on a CPU machine the Triton selector runs "
-            "in Triton's interpreter; run `TRITON_INTERPRET=1 pp3 qualify` (or `make qualify`)"
-        )
-    chosen: Profile = PROFILES[profile or ("strict" if cuda else "seed")]
-    controls = planted_defect_controls()
-    device = "cuda" if cuda else "cpu"
-    transport = ProxyDraftTransport() if via_proxy else None
-    started = time.monotonic()
-    console = Console(stderr=True)
-    bars, progress = _progress_printer(console, started)
-    with bars:
-        report = run_qualification(
-            chosen,
-            verifier=resolve_verifier(verifier),
-            device=device,
-            alpha=alpha,
-            seed=seed,
-            tv=tv,
-            n_greedy=n_greedy,
-            controls=controls,
-            full_controls=full_controls,
-            transport=transport,
-            progress=progress,
-        )
-    data = report.to_json()
-    data["elapsed_s"] = round(time.monotonic() - started, 3)
-    if transport is not None:
-        data["proxy"] = transport.summary()
-    parameters = {
-        "profile": chosen.name,
-        "requests_per_target": report.requests_per_target,
-        "tv": tv if tv is not None else chosen.tv,
-        "alpha": alpha,
-        "seed": seed,
-        "n_greedy": report.greedy.n,
-        "verifier": verifier,
-        "device": device,
-        "controls": list(controls),
-        "full_controls": full_controls,
-        "via_proxy": via_proxy,
-        "batch": chosen.batch,
-        "repeats": chosen.repeats,
-    }
-    return Finding(parameters, data, report.verdict, summary=_summary(report))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import torch
@@ -129,68 +129,6 @@ def target_inputs(
         q_counts=counts,
         denominator=target.denominator,
     )
-
-
-def sample_target(
-    target: ToyTarget,
-    n: int,
-    *,
-    verifier: ChainVerifier,
-    device: torch.device,
-    seed: int,
-    batch: int,
-    target_index: int,
-    repeats: int = MIN_REPEATS,
-    transport: DraftTransport | None = None,
-    progress: Progress | None = None,
-) -> dict[str, np.ndarray]:
-    """Run n requests of ``target`` through ``verifier``; return counts per member."""
-    totals: dict[str, np.ndarray] = {}
-    size = call_size(n, batch, repeats)
-    for start in range(0, n, size):
-        stop = min(n, start + size)
-        index = torch.arange(start, stop, dtype=torch.int64, device=device)
-        inputs = target_inputs(target, index, seed=seed, target_index=target_index)
-        if transport is not None:
-            inputs = transport(inputs, index, target_index, target.vocab)
-        for name, values in count_members(target, inputs.verify_with(verifier)).items():
-            totals[name] = totals[name] + values if name in totals else values
-        if progress is not None:
-            progress(target.name, stop, n)
-    return totals
-
-
-def run_family(
-    n: int,
-    *,
-    verifier: ChainVerifier,
-    device: torch.device,
-    seed: int,
-    batch: int,
-    alpha: float,
-    targets: Sequence[ToyTarget] = TARGETS,
-    repeats: int = MIN_REPEATS,
-    transport: DraftTransport | None = None,
-    progress: Progress | None = None,
-) -> tuple[list[MemberRecord], FamilyVerdict]:
-    """Sample every target n times, G-test each member, and apply Holm over the family."""
-    laws = []
-    counts: dict[str, np.ndarray] = {}
-    for index, target in enumerate(targets):
-        counts |= sample_target(
-            target,
-            n,
-            verifier=verifier,
-            device=device,
-            seed=seed,
-            batch=batch,
-            target_index=index,
-            repeats=repeats,
-            transport=transport,
-            progress=progress,
-        )
-        laws.extend(member_laws(target, n))
-    return judge_members(laws, counts, alpha)
 
 
 # ---------------------------------------------------------------------------- greedy
@@ -373,51 +311,96 @@ class QualificationReport:
         }
 
 
-def run_battery(
-    n: int,
-    n_greedy: int,
-    *,
-    verifier: ChainVerifier,
-    device: torch.device,
-    seed: int,
-    profile: Profile,
-    alpha: float,
-    targets: Sequence[ToyTarget],
-    progress: Progress | None,
-    stop_at_failure: bool = False,
-    transport: DraftTransport | None = None,
-) -> tuple[list[MemberRecord], FamilyVerdict, GreedyReport, list[EdgeResult]]:
-    """Family, then greedy pairing, then edge battery.
+class BatteryResult(NamedTuple):
+    """What one verifier's battery found (an empty part was skipped, see ``Battery.run``)."""
 
-    With ``stop_at_failure`` (negative controls) a later part is skipped once an earlier
-    one failed: the control has already been caught (greedy is then recorded with n = 0,
-    the edge battery as an empty list).
+    members: list[MemberRecord]
+    family: FamilyVerdict
+    greedy: GreedyReport
+    edge: list[EdgeResult]
+
+
+@dataclass(frozen=True)
+class Battery:
+    """One qualification's fixed settings; ``run`` puts a verifier through all its parts.
+
+    ``n`` requests per target, ``n_greedy`` paired T0 requests, one run ``seed``; the
+    verifier under test and every control get the same battery, so the same inputs.
     """
-    members, family = run_family(
-        n,
-        verifier=verifier,
-        device=device,
-        seed=seed,
-        batch=profile.batch,
-        alpha=alpha,
-        targets=targets,
-        repeats=profile.repeats,
-        transport=transport,
-        progress=progress,
-    )
-    if stop_at_failure and not family.passed:
-        return members, family, GreedyReport(0, 0, ()), []
-    greedy = run_greedy_pairing(
-        n_greedy,
-        verifier=verifier,
-        device=device,
-        seed=seed,
-        batch=profile.batch,
-        progress=progress,
-    )
-    if stop_at_failure and greedy.mismatches:
-        return members, family, greedy, []
-    return members, family, greedy, run_edge_battery(verifier, device=device, seed=seed)
+
+    n: int
+    n_greedy: int
+    device: torch.device
+    seed: int
+    profile: Profile
+    alpha: float
+    targets: Sequence[ToyTarget] = TARGETS
+
+    def sample(
+        self,
+        verifier: ChainVerifier,
+        target_index: int,
+        transport: DraftTransport | None,
+        progress: Progress | None,
+    ) -> dict[str, np.ndarray]:
+        """Run ``n`` requests of one target through ``verifier``; counts per member."""
+        target = self.targets[target_index]
+        size = call_size(self.n, self.profile.batch, self.profile.repeats)
+        totals: dict[str, np.ndarray] = {}
+        for start in range(0, self.n, size):
+            stop = min(self.n, start + size)
+            index = torch.arange(start, stop, dtype=torch.int64, device=self.device)
+            inputs = target_inputs(target, index, seed=self.seed, target_index=target_index)
+            if transport is not None:
+                inputs = transport(inputs, index, target_index, target.vocab)
+            for name, values in count_members(target, inputs.verify_with(verifier)).items():
+                totals[name] = totals[name] + values if name in totals else values
+            if progress is not None:
+                progress(target.name, stop, self.n)
+        return totals
+
+    def family(
+        self,
+        verifier: ChainVerifier,
+        transport: DraftTransport | None = None,
+        progress: Progress | None = None,
+    ) -> tuple[list[MemberRecord], FamilyVerdict]:
+        """Sample every target, G-test each member, Holm over the family at ``alpha``."""
+        counts: dict[str, np.ndarray] = {}
+        for index in range(len(self.targets)):
+            counts |= self.sample(verifier, index, transport, progress)
+        laws = [law for target in self.targets for law in member_laws(target, self.n)]
+        return judge_members(laws, counts, self.alpha)
+
+    def run(
+        self,
+        verifier: ChainVerifier,
+        *,
+        progress: Progress | None = None,
+        stop_at_failure: bool = False,
+        transport: DraftTransport | None = None,
+    ) -> BatteryResult:
+        """Family, then greedy pairing, then edge battery.
+
+        With ``stop_at_failure`` (negative controls) a later part is skipped once an earlier
+        one failed: the control has already been caught (greedy is then recorded with
+        n = 0, the edge battery as an empty list).
+        """
+        members, family = self.family(verifier, transport, progress)
+        if stop_at_failure and not family.passed:
+            return BatteryResult(members, family, GreedyReport(0, 0, ()), [])
+        greedy = run_greedy_pairing(
+            self.n_greedy,
+            verifier=verifier,
+            device=self.device,
+            seed=self.seed,
+            batch=self.profile.batch,
+            progress=progress,
+        )
+        if stop_at_failure and greedy.mismatches:
+            return BatteryResult(members, family, greedy, [])
+        edge = run_edge_battery(verifier, device=self.device, seed=self.seed)
+        return BatteryResult(members, family, greedy, edge)
 
 
 def run_qualification(
@@ -448,18 +431,8 @@ def run_qualification(
     pairs = profile.n_greedy if n_greedy is None else n_greedy
     if pairs < 1:
         raise ValueError(f"n_greedy = {pairs}: expected at least 1")
-    members, family, greedy, edge = run_battery(
-        n,
-        pairs,
-        verifier=verifier,
-        device=dev,
-        seed=seed,
-        profile=profile,
-        alpha=alpha,
-        targets=targets,
-        progress=progress,
-        transport=transport,
-    )
+    battery = Battery(n, pairs, dev, seed, profile, alpha, tuple(targets))
+    members, family, greedy, edge = battery.run(verifier, progress=progress, transport=transport)
     reports = []
     for defect, control in (controls or {}).items():
 
@@ -467,19 +440,12 @@ def run_qualification(
             if progress is not None:
                 progress(f"control {_d}: {task}", done, total)
 
-        c_members, c_family, c_greedy, c_edge = run_battery(
-            n,
-            pairs,
-            verifier=control,
-            device=dev,
-            seed=seed,
-            profile=profile,
-            alpha=alpha,
-            targets=targets,
-            progress=tagged,
-            stop_at_failure=not full_controls,
+        caught = battery.run(control, progress=tagged, stop_at_failure=not full_controls)
+        reports.append(
+            ControlReport(
+                defect, tuple(caught.members), caught.family, caught.greedy, tuple(caught.edge)
+            )
         )
-        reports.append(ControlReport(defect, tuple(c_members), c_family, c_greedy, tuple(c_edge)))
     return QualificationReport(
         profile=profile.name,
         requests_per_target=n,

@@ -16,6 +16,7 @@ Everything here follows docs/method.md ("Statistics", "Power"):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -121,16 +122,7 @@ class MemberResult:
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON-ready dict (finite floats only)."""
-        return {
-            "name": self.name,
-            "n": self.n,
-            "statistic": self.statistic,
-            "df": self.df,
-            "p_value": self.p_value,
-            "impossible_hits": self.impossible_hits,
-            "failed_outright": self.failed_outright,
-            "cells": self.cells,
-        }
+        return dataclasses.asdict(self)
 
 
 def g_test(

@@ -7,9 +7,13 @@ Light (no torch, no numpy): the command line validates its options and lists the
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from pp3cli.run.errors import UsageProblem
+
+Number = TypeVar("Number", int, float)
 
 DEFAULT_BATCHES = (1, 2, 3, 4, 16, 64)
 DEFAULT_DEPTHS = (4, 5)
@@ -82,26 +86,27 @@ class ProbeConfig:
                 raise UsageProblem(f"{name} must be >= {low}, got {value}")
 
 
-def parse_int_list(text: str, option: str) -> tuple[int, ...]:
-    """``"1,2,4"`` -> (1, 2, 4); ``UsageProblem`` naming the option and the bad item."""
+def _parse_list(
+    text: str, option: str, convert: Callable[[str], Number], kind: str
+) -> tuple[Number, ...]:
+    """Comma-separated values; ``UsageProblem`` naming the option and the bad item."""
     values = []
     for item in text.split(","):
         try:
-            values.append(int(item.strip()))
+            values.append(convert(item.strip()))
         except ValueError:
-            raise UsageProblem(f"{option}: {item.strip()!r} is not an integer ({text!r})") from None
+            raise UsageProblem(f"{option}: {item.strip()!r} is not {kind} ({text!r})") from None
     return tuple(values)
+
+
+def parse_int_list(text: str, option: str) -> tuple[int, ...]:
+    """``"1,2,4"`` -> (1, 2, 4)."""
+    return _parse_list(text, option, int, "an integer")
 
 
 def parse_float_list(text: str, option: str) -> tuple[float, ...]:
     """``"0,0.5,1"`` -> (0.0, 0.5, 1.0)."""
-    values = []
-    for item in text.split(","):
-        try:
-            values.append(float(item.strip()))
-        except ValueError:
-            raise UsageProblem(f"{option}: {item.strip()!r} is not a number ({text!r})") from None
-    return tuple(values)
+    return _parse_list(text, option, float, "a number")
 
 
 def parse_name_list(text: str) -> tuple[str, ...]:

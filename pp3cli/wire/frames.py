@@ -610,22 +610,16 @@ def decode_frames(
     is_t0 = np.array([h.is_t0 for h in kept_headers], dtype=bool)
     denominators = np.array([h.denominator for h in kept_headers], dtype=np.int64)
 
+    flat = _Flattened(ids, counts, drafts, row_offsets, row_frame, row_position, entry_row)
     frame_bad = np.zeros(len(keep), dtype=bool)
-    checks = _content_checks(
-        ids, counts, drafts, row_lengths, row_offsets, entry_row, row_frame, vocab_size,
-        is_t0, denominators,
-    )  # fmt: skip
-    for error_type, bad_entries, on_rows in checks:
+    for error_type, bad_entries, on_rows in _content_checks(flat, vocab_size, is_t0, denominators):
         owner = row_frame if on_rows else entry_frame
         hits = np.zeros(len(keep), dtype=bool)
         hits[owner[bad_entries]] = True
         new = hits & ~frame_bad
         for j in np.flatnonzero(new).tolist():
             index = int(np.flatnonzero(bad_entries & (owner == j))[0])
-            errors[kept_frames[j]] = _describe(
-                error_type, kept_headers[j], index, ids, counts, drafts, row_lengths,
-                row_offsets, entry_row, row_position, vocab_size,
-            )  # fmt: skip
+            errors[kept_frames[j]] = _describe(error_type, kept_headers[j], index, flat, vocab_size)
         frame_bad |= hits
 
     good = ~frame_bad
@@ -656,19 +650,33 @@ def _frombuffer_i32(data: bytes, dtype: str) -> npt.NDArray[Any]:
 _Check = tuple[type[WireError], npt.NDArray[np.bool_], bool]
 
 
+@dataclass(frozen=True)
+class _Flattened:
+    """The contents of the structurally sound frames, flattened across frames.
+
+    Rows (one per position of a frame): ``drafts``, ``row_offsets`` (row r's support
+    entries are ``[row_offsets[r], row_offsets[r + 1])``), ``row_frame`` (owning frame),
+    ``row_position`` (k within the frame). Entries: ``ids``, ``counts``, ``entry_row``.
+    """
+
+    ids: npt.NDArray[Any]
+    counts: npt.NDArray[Any]
+    drafts: npt.NDArray[Any]
+    row_offsets: npt.NDArray[np.int64]
+    row_frame: npt.NDArray[np.int64]
+    row_position: npt.NDArray[np.int64]
+    entry_row: npt.NDArray[np.int64]
+
+
 def _content_checks(
-    ids: npt.NDArray[Any],
-    counts: npt.NDArray[Any],
-    drafts: npt.NDArray[Any],
-    row_lengths: npt.NDArray[np.int64],
-    row_offsets: npt.NDArray[np.int64],
-    entry_row: npt.NDArray[np.int64],
-    row_frame: npt.NDArray[np.int64],
+    flat: _Flattened,
     vocab_size: int,
     is_t0: npt.NDArray[np.bool_],
     denominators: npt.NDArray[np.int64],
 ) -> list[_Check]:
     """Per-entry / per-row violation masks, in the order a frame's first error is chosen."""
+    ids, counts, drafts, entry_row = flat.ids, flat.counts, flat.drafts, flat.entry_row
+    row_offsets, row_frame = flat.row_offsets, flat.row_frame
     ids64 = ids.astype(np.int64)
     out_of_range = (ids64 < 0) | (ids64 >= vocab_size)
     same_row = np.zeros(len(ids), dtype=bool)
@@ -710,19 +718,11 @@ def _content_checks(
 
 
 def _describe(
-    error_type: type[WireError],
-    header: FrameHeader,
-    index: int,
-    ids: npt.NDArray[Any],
-    counts: npt.NDArray[Any],
-    drafts: npt.NDArray[Any],
-    row_lengths: npt.NDArray[np.int64],
-    row_offsets: npt.NDArray[np.int64],
-    entry_row: npt.NDArray[np.int64],
-    row_position: npt.NDArray[np.int64],
-    vocab_size: int,
+    error_type: type[WireError], header: FrameHeader, index: int, flat: _Flattened, vocab_size: int
 ) -> WireError:
     """The error for the first violation (entry or row ``index``) of one frame."""
+    ids, counts, drafts, entry_row = flat.ids, flat.counts, flat.drafts, flat.entry_row
+    row_offsets, row_position = flat.row_offsets, flat.row_position
     rid, denominator = header.request_id, header.denominator
     if error_type in (DraftIdRangeError, MissingMassError, ExtraMassError, ZeroCountProposalError):
         row = index

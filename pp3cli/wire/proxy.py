@@ -230,22 +230,12 @@ class ProxyStats:
     refusals: list[Refusal] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        """Plain dict for a receipt (``via_proxy`` block)."""
-        return {
-            "mode": self.mode,
-            "rounds": self.rounds,
-            "frames_sent": self.frames_sent,
-            "frames_received": self.frames_received,
-            "frames_accepted": self.frames_accepted,
-            "frames_refused": self.frames_refused,
-            "fallbacks": self.fallbacks,
-            "rounds_timed_out": self.rounds_timed_out,
-            "drafter_lost": self.drafter_lost,
-            "drafter_exitcode": self.drafter_exitcode,
-            "refused_by_reason": dict(sorted(self.refused_by_reason.items())),
-            "fallback_by_reason": dict(sorted(self.fallback_by_reason.items())),
-            "refusals": [r.to_json() for r in self.refusals[:100]],
-        }
+        """Plain dict for a receipt (``via_proxy`` block): the first 100 refusals in full."""
+        plain: dict[str, Any] = dict(vars(self))
+        plain["refused_by_reason"] = dict(self.refused_by_reason)
+        plain["fallback_by_reason"] = dict(self.fallback_by_reason)
+        plain["refusals"] = [r.to_json() for r in self.refusals[:100]]
+        return plain
 
 
 class DraftProxy:

@@ -201,16 +201,10 @@ class ReceiverStats:
     fallback_by_reason: Counter[str] = field(default_factory=Counter)
 
     def to_json(self) -> dict[str, Any]:
-        """Plain dict for receipts."""
+        """Plain dict for receipts (keys sort when the receipt is canonicalised)."""
+        reasons = {"refused_by_reason", "fallback_by_reason"}
         return {
-            "rounds": self.rounds,
-            "frames_received": self.frames_received,
-            "frames_accepted": self.frames_accepted,
-            "frames_refused": self.frames_refused,
-            "requests_verified": self.requests_verified,
-            "fallbacks": self.fallbacks,
-            "refused_by_reason": dict(sorted(self.refused_by_reason.items())),
-            "fallback_by_reason": dict(sorted(self.fallback_by_reason.items())),
+            name: dict(value) if name in reasons else value for name, value in vars(self).items()
         }
 
 
