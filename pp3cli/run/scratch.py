@@ -42,8 +42,8 @@ _BYTECODE_SKIP_DIRS = frozenset({".git", ".venv", "venv", "node_modules", ".tox"
 
 
 def repo_root() -> Path:
-    """The project tree: the folder holding the ``pp3cli`` package."""
-    return Path(__file__).resolve().parent.parent
+    """The project tree: the folder holding the ``pp3cli`` package (this file's ../../..)."""
+    return Path(__file__).resolve().parents[2]
 
 
 def utc_stamp(moment: datetime | None = None) -> str:

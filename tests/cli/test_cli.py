@@ -16,6 +16,7 @@ from pp3cli import __version__
 from pp3cli.cli.app import app
 from pp3cli.run.errors import Pp3Error
 from pp3cli.run.guard import ensure_scratch
+from pp3cli.run.scratch import repo_root
 from pp3cli.run.settings import Settings
 
 HOLDER = textwrap.dedent(
@@ -191,7 +192,7 @@ def test_cli_start_imports_no_torch_triton_or_scipy(
 
 def test_verify_receipts_recomputes_without_torch_or_triton(tmp_path: Path) -> None:
     """A reviewer's run over real receipts imports scipy to recompute, never torch/triton."""
-    receipts = Path(__file__).resolve().parents[1] / "receipts"
+    receipts = repo_root() / "receipts"
     returned, modules = _top_level_imports(
         ["--receipts", str(receipts), "verify-receipts"], tmp_path
     )

@@ -17,6 +17,7 @@ from pp3cli.receipts import write as receipts
 from pp3cli.receipts.sources import git_state, source_digests
 from pp3cli.receipts.write import SCHEMA_VERSION, canonical_json, write_receipt
 from pp3cli.run.errors import Pp3Error
+from pp3cli.run.scratch import repo_root
 
 
 def make_tree(root: Path) -> Path:
@@ -82,6 +83,15 @@ def test_source_digests_cover_code_kernels_and_packaging(tmp_path: Path) -> None
     assert digests["kernels/selector.py"] == sha(b"# selector\n")
     with pytest.raises(ValueError, match="missing.py"):
         source_digests(root, {"x": tmp_path / "missing.py"})
+
+
+def test_the_project_tree_is_found_and_digested() -> None:
+    """Receipts bind to the real tree: the CLI, the kernels and the packaging."""
+    root = repo_root()
+    assert (root / "pyproject.toml").is_file() and (root / "pp3cli" / "__init__.py").is_file()
+    digests = source_digests(root)
+    for name in ("pyproject.toml", "pp3cli/cli/app.py", "kernels/pp3kernels/selector.py"):
+        assert name in digests, sorted(digests)[:5]
 
 
 def test_git_state(tmp_path: Path) -> None:

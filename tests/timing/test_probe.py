@@ -20,6 +20,7 @@ from pp3cli.cli.app import app
 from pp3cli.evidence.greedy import greedy_path
 from pp3cli.receipts.recompute import RECOMPUTERS
 from pp3cli.run.errors import UsageProblem
+from pp3cli.run.scratch import repo_root
 from pp3cli.timing import cases as probe_cases
 from pp3cli.timing import comparators as probe_comparators
 from pp3cli.timing import measure, probe
@@ -237,7 +238,7 @@ def test_receipt_round_trip_through_verify(tmp_path: Path) -> None:
     from pp3cli.receipts.write import write_receipt
 
     assert RECOMPUTERS["probe"]({"data": tiny_data()}) == "PASS"
-    root = Path(__file__).resolve().parents[1]
+    root = repo_root()
     data = tiny_data()
     write_receipt(
         tmp_path,
