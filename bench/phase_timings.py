@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 import pp3kernels.selector as selector
-from pp3cli import probe
+from pp3cli.timing import measure
 from pp3kernels import point_mass_q
 from pp3kernels.selector import LaunchPlan, plan_launch, verify_chain
 
@@ -62,7 +62,7 @@ def make_inputs(batch: int, t0: bool, index: int) -> dict[str, Any]:
 
 def time_graph(calls: list[Callable[[], Any]]) -> float:
     """Median µs per call: graphs of ROUNDS calls rotating over ``calls``, timed as the probe
-    times (``pp3cli.probe``: capture after a side-stream warm-up, one warm-up replay per
+    times (``pp3cli.timing.measure``: capture after a side-stream warm-up, one warm-up replay per
     graph, REPLAYS event-timed replays rotating over the graphs)."""
     if CPU:
         for call in calls:
@@ -71,9 +71,9 @@ def time_graph(calls: list[Callable[[], Any]]) -> float:
     replays = []
     for start in range(0, len(calls), ROUNDS):
         group = [calls[(start + r) % len(calls)] for r in range(ROUNDS)]
-        replays.append(probe.cuda_graph_capture(group)[0])
-    samples = probe.time_replays(
-        replays, rounds=ROUNDS, warmup=1, replays=REPLAYS, timer=probe.cuda_event_timer
+        replays.append(measure.cuda_graph_capture(group)[0])
+    samples = measure.time_replays(
+        replays, rounds=ROUNDS, warmup=1, replays=REPLAYS, timer=measure.cuda_event_timer
     )
     return statistics.median(samples)
 

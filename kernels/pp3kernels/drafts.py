@@ -226,8 +226,8 @@ def sample_drafts(
     offsets = torch.arange(drafts, dtype=torch.int64, device=q_ids.device)
     r = draft_integer(seed[:, None], position[:, None] + offsets[None, :], denominator)
     running = counts.cumsum(dim=-1)
-    slot = (running <= r[..., None]).sum(dim=-1).clamp(max=q_ids.shape[2] - 1)
-    token = ids.gather(2, slot[..., None])[..., 0]
+    chosen_slot = (running <= r[..., None]).sum(dim=-1).clamp(max=q_ids.shape[2] - 1)
+    token = ids.gather(2, chosen_slot[..., None])[..., 0]
     no_draft = total == 0
     if invalidate is not None:
         no_draft = no_draft | invalidate

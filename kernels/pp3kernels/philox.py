@@ -19,22 +19,21 @@ Counters, keys and uniforms follow ``pp3kernels.contract`` exactly (see its docs
 key = (seed mod 2^32, (seed >> 32) mod 2^32), counter = (index, rowpos mod 2^32,
 rowpos >> 32, stream), rowpos = position + i (uint64, two's complement).
 
-``triton_philox_kat`` runs Triton's own ``philox_impl`` on the same words, so that the
-known-answer check covers the generator the kernel uses (interpreter or GPU).
+``triton_philox_kat`` runs Triton's own ``philox_impl`` on the same words (through
+``pp3kernels.jit.philox_kat_kernel``), so that the known-answer check covers the generator
+the kernels use (interpreter or GPU). The in-kernel counters and uniforms are
+``pp3kernels.jit.philox``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
+import triton
 
 from pp3kernels.contract import STREAM_ACCEPT, STREAM_DRAFT, STREAM_SAMPLE, check_denominator
-
-try:  # Triton is a hard dependency of the package, but keep the torch half importable.
-    import triton
-    import triton.language as tl
-except ImportError:  # pragma: no cover - exercised only without triton installed
-    triton = None
-    tl = None
+from pp3kernels.jit import philox_kat_kernel
 
 PHILOX_M0 = 0xD2511F53
 PHILOX_M1 = 0xCD9E8D57
@@ -67,6 +66,9 @@ _SAMPLE_SCALE = 2.0**-53
 
 Words = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
+# torch.broadcast_tensors carries no annotations; this is its signature.
+_broadcast_tensors: Callable[..., tuple[torch.Tensor, ...]] = torch.broadcast_tensors
+
 
 def _mulhilo(multiplier: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(hi, lo) 32-bit halves of ``multiplier * x`` for uint32 values held in int64."""
@@ -96,7 +98,7 @@ def philox4x32(
     x0, x1, x2, x3, key0, key1 = (
         torch.as_tensor(v).to(torch.int64).bitwise_and(MASK32) for v in (c0, c1, c2, c3, k0, k1)
     )
-    x0, x1, x2, x3, key0, key1 = torch.broadcast_tensors(x0, x1, x2, x3, key0, key1)
+    x0, x1, x2, x3, key0, key1 = _broadcast_tensors(x0, x1, x2, x3, key0, key1)
     for round_index in range(rounds):
         if round_index > 0:
             key0 = (key0 + PHILOX_W0).bitwise_and(MASK32)
@@ -139,7 +141,7 @@ def row_counter(
     c1 = rowpos.bitwise_and(MASK32)
     c2 = rowpos.bitwise_right_shift(32).bitwise_and(MASK32)
     c3 = torch.full_like(rowpos, int(stream) & MASK32)
-    c0, c1, c2, c3 = torch.broadcast_tensors(c0, c1, c2, c3)
+    c0, c1, c2, c3 = _broadcast_tensors(c0, c1, c2, c3)
     return c0, c1, c2, c3
 
 
@@ -200,26 +202,10 @@ def draft_integer(seed: torch.Tensor, rowpos: torch.Tensor, denominator: int) ->
 
 
 # --------------------------------------------------------------------------------------
-# Triton known-answer check: the generator the kernel uses, on the same words.
+# Triton known-answer check: the generator the kernels use, on the same words.
 # --------------------------------------------------------------------------------------
 
-if triton is not None:
-
-    @triton.jit
-    def _philox_kat_kernel(counter_ptr, key_ptr, out_ptr, n, BLOCK: tl.constexpr):
-        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        mask = offsets < n
-        c0 = tl.load(counter_ptr + offsets * 4 + 0, mask=mask, other=0).to(tl.uint32)
-        c1 = tl.load(counter_ptr + offsets * 4 + 1, mask=mask, other=0).to(tl.uint32)
-        c2 = tl.load(counter_ptr + offsets * 4 + 2, mask=mask, other=0).to(tl.uint32)
-        c3 = tl.load(counter_ptr + offsets * 4 + 3, mask=mask, other=0).to(tl.uint32)
-        k0 = tl.load(key_ptr + offsets * 2 + 0, mask=mask, other=0).to(tl.uint32)
-        k1 = tl.load(key_ptr + offsets * 2 + 1, mask=mask, other=0).to(tl.uint32)
-        o0, o1, o2, o3 = tl.random.philox_impl(c0, c1, c2, c3, k0, k1, 10)
-        tl.store(out_ptr + offsets * 4 + 0, o0.to(tl.int64), mask=mask)
-        tl.store(out_ptr + offsets * 4 + 1, o1.to(tl.int64), mask=mask)
-        tl.store(out_ptr + offsets * 4 + 2, o2.to(tl.int64), mask=mask)
-        tl.store(out_ptr + offsets * 4 + 3, o3.to(tl.int64), mask=mask)
+_KAT_BLOCK = 64  # entries per program of the known-answer kernel
 
 
 def triton_philox4x32(counters: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
@@ -228,8 +214,6 @@ def triton_philox4x32(counters: torch.Tensor, keys: torch.Tensor) -> torch.Tenso
     Inputs are int64 tensors of uint32 values on one device (CPU needs TRITON_INTERPRET=1
     set before Python starts); returns [N, 4] int64 output words on that device.
     """
-    if triton is None:  # pragma: no cover
-        raise RuntimeError("triton is not installed; the Triton Philox check cannot run")
     if counters.ndim != 2 or counters.shape[1] != 4 or keys.shape != (counters.shape[0], 2):
         raise ValueError(
             f"expected counters [N, 4] and keys [N, 2], got {tuple(counters.shape)} and "
@@ -243,8 +227,7 @@ def triton_philox4x32(counters: torch.Tensor, keys: torch.Tensor) -> torch.Tenso
     out = torch.zeros((n, 4), dtype=torch.int64, device=counters.device)
     if n == 0:
         return out
-    block = 64
-    _philox_kat_kernel[(triton.cdiv(n, block),)](counters, keys, out, n, BLOCK=block)
+    philox_kat_kernel[(triton.cdiv(n, _KAT_BLOCK),)](counters, keys, out, n, BLOCK=_KAT_BLOCK)
     return out.bitwise_and(MASK32)
 
 
@@ -258,7 +241,9 @@ def _kat_tensors(device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor
 def torch_philox_kat(device: torch.device | str = "cpu") -> list[str]:
     """Run the Random123 vectors through ``philox4x32``; returns mismatch lines (empty = OK)."""
     counters, keys, expected = _kat_tensors(device)
-    words = philox4x32(*counters.unbind(1), *keys.unbind(1))
+    c0, c1, c2, c3 = counters.unbind(1)
+    k0, k1 = keys.unbind(1)
+    words = philox4x32(c0, c1, c2, c3, k0, k1)
     return _mismatches(torch.stack(words, dim=1), expected)
 
 

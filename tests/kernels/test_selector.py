@@ -1169,3 +1169,32 @@ def test_interpreter_plan_is_one_split() -> None:
     assert plan.nsplit == 1 and plan.block_b == 8192 and plan.chunk >= 6
     plan = plan_launch(128, 3, 1000, interpreter=True)
     assert plan.nsplit == 1 and plan.block_b == 128 and plan.chunk == 1024
+
+
+# (batch, rows, vocab, interpreter) -> (block_b, block_v, nsplit, chunk, num_warps, block_f):
+# the launch shapes measured on the H200 (bench/NOTES.md) and the interpreter's, pinned so
+# that a refactor of plan_launch cannot change them unnoticed.
+PINNED_PLANS: dict[tuple[int, int, int, bool], tuple[int, int, int, int, int, int]] = {
+    (1, 6, 129_280, False): (1, 256, 64, 2048, 4, 1024),
+    (64, 6, 129_280, False): (1, 256, 64, 2048, 4, 1024),
+    (4, 2, 129_280, False): (1, 1024, 64, 2048, 4, 1024),
+    (4, 1, 129_280, False): (1, 2048, 64, 2048, 4, 1024),
+    (4, 33, 129_280, False): (1, 64, 64, 2048, 4, 1024),
+    (4, 6, 1000, False): (1, 1024, 1, 1024, 4, 1024),
+    (4, 6, 5, False): (1, 16, 1, 1024, 4, 1024),
+    (4, 6, 1025, False): (1, 256, 1, 2048, 4, 1024),
+    (4, 6, 600_000, False): (1, 256, 196, 3072, 4, 1024),
+    (4, 6, 2_000_000, False): (1, 256, 245, 8192, 4, 1024),
+    (1, 1, 1, True): (1, 1, 1, 1, 4, 1),
+    (20_000, 3, 6, True): (8192, 8, 1, 8, 4, 8),
+    (128, 3, 1000, True): (128, 1024, 1, 1024, 4, 1024),
+    (5, 6, 2100, True): (8, 1024, 1, 3072, 4, 1024),
+    (9000, 3, 8, True): (8192, 8, 1, 8, 4, 8),
+}
+
+
+@pytest.mark.parametrize("shape", list(PINNED_PLANS), ids=str)
+def test_plan_launch_choices_are_pinned(shape: tuple[int, int, int, bool]) -> None:
+    batch, rows, vocab, interpreter = shape
+    plan = plan_launch(batch, rows, vocab, interpreter=interpreter)
+    assert plan == LaunchPlan(*PINNED_PLANS[shape])

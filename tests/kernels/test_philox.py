@@ -3,8 +3,6 @@ counters and uniforms built on it."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
@@ -25,6 +23,7 @@ from pp3kernels.philox import (
     triton_philox4x32,
     triton_philox_kat,
 )
+from pp3kernels.runtime import is_interpreter
 
 M0, M1, W0, W1 = 0xD2511F53, 0xCD9E8D57, 0x9E3779B9, 0xBB67AE85
 
@@ -47,7 +46,7 @@ def _python_philox(counter: list[int], key: list[int]) -> list[int]:
 
 def _interpreter_device() -> str:
     """CPU under TRITON_INTERPRET=1 (set by the Makefile/CI), else the GPU."""
-    if os.environ.get("TRITON_INTERPRET") == "1":
+    if is_interpreter():
         return "cpu"
     if torch.cuda.is_available():
         return "cuda"

@@ -31,14 +31,14 @@ from pp3kernels.philox import (
     triton_philox_kat,
 )
 from pp3kernels.reference import reference_verify_chain
+from pp3kernels.runtime import is_interpreter
 from pp3kernels.selector import LaunchPlan, verify_chain
 from pp3kernels.validate import validate_chain_inputs
 
-_INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(
-        not torch.cuda.is_available() or _INTERPRETED,
+        not torch.cuda.is_available() or is_interpreter(),
         reason="needs a CUDA GPU and compiled Triton (torch.cuda.is_available() is "
         f"{torch.cuda.is_available()}, TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET')})",
     ),

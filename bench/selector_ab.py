@@ -1,0 +1,255 @@
+"""A/B of two versions of pp3kernels on the GPU: identical outputs, and no speed loss.
+
+Run on the device machine from the repository root:
+
+    python3 bench/selector_ab.py --base PATH [--out DIR] [--rounds N]
+
+PATH is a folder holding an older copy of the package (PATH/pp3kernels/); the other side
+("new") is this tree's kernels/. Smoke test of the script itself, on a CPU:
+
+    TRITON_INTERPRET=1 python3 bench/selector_ab.py --base PATH --cpu
+
+The script runs 2N worker subprocesses one after another, alternating base, new, base, new
+(so that clock and thermal drift hit both alike). A worker imports pp3kernels from its own
+folder, first on PYTHONPATH, and reports where it got it. It builds every case's inputs on
+the GPU from fixed seeds (the same bytes in every worker: it hashes them too), runs
+verify_chain(..., validate=False) eagerly on every input set and hashes tokens, accepted
+and status, then times the call by CUDA-graph replay: graphs of 10 calls rotating over
+enough input sets that their logits exceed 2 x the L2 cache (L2 size from
+torch.cuda.get_device_properties), 3 warm-up replays of each graph, 100 timed replays
+(CUDA events around each), median µs per call. With --cpu: V = 300, two batch sizes, no
+graphs, wall-clock time of single calls.
+
+Cases: V = 129280 bf16 logits (randn * 4), K = 5, drafts = the greedy token with one in
+three requests off by one at row 2; point-mass q (S = 1, count C = 2^16) for
+B in {1, 4, 16, 64, 256} x {all T1, all T0, half}; sparse q (S = 64 tokens of C / 64 each,
+the draft among them) and dense q (softmax of noisy logits) for B in {4, 64}, all T1.
+
+Prints one table last (case, base µs, new µs, new/base, outputs identical; µs = median over
+rounds of each worker's median) and writes everything to DIR/selector_ab.json. It does not
+import pp3cli.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+K = 5
+DENOMINATOR = 1 << 16
+GRAPH_CALLS = 10
+WARMUP_REPLAYS = 3
+TIMED_REPLAYS = 100
+
+
+def cases(cpu: bool) -> list[tuple[str, int, str, str]]:
+    """(name, batch, temperatures, q form) of every case."""
+    batches = (1, 4) if cpu else (1, 4, 16, 64, 256)
+    out = [(f"B{b} {t} point", b, t, "point") for b in batches for t in ("T1", "T0", "half")]
+    for b in (4,) if cpu else (4, 64):
+        out += [(f"B{b} T1 sparse64", b, "T1", "sparse"), (f"B{b} T1 dense", b, "T1", "dense")]
+    return out
+
+
+def make_inputs(batch: int, temps: str, q: str, index: int, vocab: int, device: str) -> Any:
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(7919 * batch + 104729 * index + len(q))
+    logits = (torch.randn(batch, K + 1, vocab, generator=gen, device=device) * 4).bfloat16()
+    drafts = logits.float().argmax(-1)[:, :K].to(torch.int32).contiguous()
+    drafts[1::3, 2] = (drafts[1::3, 2] + 1) % vocab
+    tau = torch.ones(batch, device=device)
+    if temps != "T1":
+        tau[: batch if temps == "T0" else batch // 2] = 0.0
+    args: dict[str, Any] = dict(
+        logits=logits,
+        draft_tokens=drafts,
+        temperature=tau,
+        seed=torch.arange(batch, dtype=torch.int64, device=device) + 1000 * index,
+        position=torch.arange(batch, dtype=torch.int64, device=device) * 11 + 100,
+    )
+    if q == "point":
+        counts = torch.full((batch, K, 1), DENOMINATOR, dtype=torch.int32, device=device)
+        args.update(q_ids=drafts[..., None].clone(), q_counts=counts, denominator=DENOMINATOR)
+    elif q == "sparse":  # 64 distinct ids (stride 997 < V / 64), the draft first
+        step = torch.arange(64, device=device) * 997
+        ids = ((drafts[..., None].long() + step) % vocab).to(torch.int32)
+        counts = torch.full((batch, K, 64), DENOMINATOR // 64, dtype=torch.int32, device=device)
+        args.update(q_ids=ids, q_counts=counts, denominator=DENOMINATOR)
+    else:
+        noise = torch.randn(batch, K, vocab, generator=gen, device=device)
+        args["q_dense"] = torch.softmax(logits[:, :K].float() + noise, dim=-1)
+    return args
+
+
+def digest(tensors: list[Any]) -> str:
+    """SHA-256 (16 hex digits) of the tensors' dtypes, shapes and bytes, in order."""
+    import torch
+
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(str((t.dtype, tuple(t.shape))).encode())
+        h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def time_case(call_sets: list[Any], cpu: bool) -> list[float]:
+    """µs per call: wall clock of single calls (--cpu), else CUDA-graph replays."""
+    import torch
+
+    samples: list[float] = []
+    if cpu:
+        for call in call_sets[:2]:
+            began = time.perf_counter()
+            call()
+            samples.append((time.perf_counter() - began) * 1e6)
+        return samples
+    graphs = []
+    for first in range(0, len(call_sets), GRAPH_CALLS):
+        group = [call_sets[(first + r) % len(call_sets)] for r in range(GRAPH_CALLS)]
+        side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for call in group:
+                call()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for call in group:
+                call()
+        graphs.append(graph)
+    for _ in range(WARMUP_REPLAYS):
+        for graph in graphs:
+            graph.replay()
+    torch.cuda.synchronize()
+    start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+    end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+    for i in range(TIMED_REPLAYS):
+        start.record()
+        graphs[i % len(graphs)].replay()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1000.0 / GRAPH_CALLS)
+    return samples
+
+
+def worker(cpu: bool, result_path: str) -> None:
+    import torch
+
+    import pp3kernels
+    from pp3kernels.selector import verify_chain
+
+    device, vocab = ("cpu", 300) if cpu else ("cuda", 129_280)
+    l2 = 60 << 20 if cpu else torch.cuda.get_device_properties(0).L2_cache_size
+    report: dict[str, Any] = {"package": str(Path(pp3kernels.__file__).parent), "cases": {}}
+    for name, batch, temps, q in cases(cpu):
+        set_bytes = batch * (K + 1) * vocab * 2
+        sets = 1 if cpu else max(1, -(-2 * l2 // set_bytes))
+        inputs = [make_inputs(batch, temps, q, i, vocab, device) for i in range(sets)]
+        outputs = [verify_chain(**args, validate=False) for args in inputs]
+        calls = [lambda args=args: verify_chain(**args, validate=False) for args in inputs]
+        samples = time_case(calls, cpu)
+        report["cases"][name] = {
+            "sets": sets,
+            "inputs": digest([t for a in inputs for t in a.values() if torch.is_tensor(t)]),
+            "outputs": digest([t for out in outputs for t in out]),
+            "us": statistics.median(samples),
+            "ok_share": sum(int((o.status == 0).sum()) for o in outputs) / (batch * sets),
+        }
+        del inputs, outputs, calls
+        if not cpu:
+            torch.cuda.empty_cache()
+    Path(result_path).write_text(json.dumps(report))
+
+
+def run_worker(side: str, package_root: Path, cpu: bool) -> dict[str, Any]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(package_root)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
+    with tempfile.TemporaryDirectory() as scratch:
+        result = Path(scratch) / "result.json"
+        command = [sys.executable, __file__, "--worker", str(result)] + (["--cpu"] if cpu else [])
+        done = subprocess.run(command, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"{side} worker failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        report: dict[str, Any] = json.loads(result.read_text())
+    got = Path(report["package"]).resolve()
+    if got != (package_root / "pp3kernels").resolve():
+        raise SystemExit(f"{side} worker imported pp3kernels from {got}, not {package_root}")
+    return report
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--base", type=Path, help="folder holding the older pp3kernels/")
+    parser.add_argument("--out", type=Path, default=Path("bench-out"))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--cpu", action="store_true", help="smoke test in the interpreter")
+    parser.add_argument("--worker", metavar="RESULT", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.cpu, args.worker)
+        return 0
+    if args.base is None or not (args.base / "pp3kernels" / "__init__.py").is_file():
+        parser.error("--base must be a folder holding a pp3kernels package")
+    roots = {"base": args.base.resolve(), "new": ROOT / "kernels"}
+    runs: dict[str, list[dict[str, Any]]] = {"base": [], "new": []}
+    for round_index in range(args.rounds):
+        for side in ("base", "new"):
+            runs[side].append(run_worker(side, roots[side], args.cpu))
+            print(f"round {round_index + 1}/{args.rounds}: {side} done", file=sys.stderr)
+    rows = []
+    all_identical = True
+    for name, *_ in cases(args.cpu):
+        per_side = {side: [run["cases"][name] for run in runs[side]] for side in runs}
+        digests = {(c["inputs"], c["outputs"]) for side in runs for c in per_side[side]}
+        identical = len(digests) == 1
+        all_identical &= identical
+        base_us = statistics.median(c["us"] for c in per_side["base"])
+        new_us = statistics.median(c["us"] for c in per_side["new"])
+        rows.append(
+            {
+                "case": name,
+                "base_us": base_us,
+                "new_us": new_us,
+                "ratio": new_us / base_us,
+                "identical": identical,
+                "sets": per_side["new"][0]["sets"],
+                "ok_share": per_side["new"][0]["ok_share"],
+            }
+        )
+    args.out.mkdir(parents=True, exist_ok=True)
+    meta: dict[str, Any] = {"cpu": args.cpu, "rounds": args.rounds, "roots": {}}
+    meta["roots"] = {side: str(root) for side, root in roots.items()}
+    if not args.cpu:
+        import torch
+        import triton
+
+        meta.update(device=torch.cuda.get_device_name(0), torch=torch.__version__)
+        meta["triton"] = triton.__version__
+    (args.out / "selector_ab.json").write_text(
+        json.dumps({"meta": meta, "rows": rows, "runs": runs}, indent=1)
+    )
+    unit = "µs (wall clock, interpreter)" if args.cpu else "µs per call (CUDA graph)"
+    print(f"{'case':18s} {'base':>10s} {'new':>10s} {'new/base':>9s}  identical   [{unit}]")
+    for row in rows:
+        print(
+            f"{row['case']:18s} {row['base_us']:10.2f} {row['new_us']:10.2f} "
+            f"{row['ratio']:9.3f}  {'yes' if row['identical'] else 'NO'}"
+        )
+    return 0 if all_identical else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,842 @@
+"""The selector's device code: two Triton kernels that verify B chains of K drafts, and their
+helpers. The law is ``pp3kernels.contract``; plans and launches are ``pp3kernels.selector``.
+
+Phase 1, ``chain_stats_kernel`` (grid: request blocks x vocabulary splits): each program
+streams one chunk of the vocabulary for the K+1 rows of its BLOCK_B requests at once (one
+[BLOCK_B * R, BLOCK_V] tile per step, R = K+1 rounded up to a power of two) and keeps
+*per-lane* running statistics (max m, sum of exp((l - m)/tau) with one exponential per
+element, first argmax for greedy rows, NaN flag), reduced across lanes once per row and
+written as the chunk's partials. Greedy-only programs skip the exponentials.
+
+Phase 2, ``chain_finish_kernel`` (one program per request block):
+
+1. combine every row's partials into per-row m, s, argmax and status (``_combine_max_sum``,
+   ``_first_argmax``, ``_logits_status``);
+2. evaluate every draft row's acceptance at once (``_proposal_probability``, then
+   ``_accept_sparse_q`` / ``_accept_dense_q``) and take the first failure as the stop row;
+3. for a T1 request, draw the stop row's token by inverse CDF with one 52-bit uniform:
+   chunk masses from the partials (``_chunk_masses``), corrected where a rejected draft's
+   support falls (``_support_corrections``) or rescanned exactly (``_rescan_chunks``), a
+   chunk (``_pick_chunk``), then a tile and a token inside it (``_draw_in_chunk``:
+   ``_chunk_walk``, ``_tile_pick``). Only one chunk of one row per request is read again.
+
+The stop row of each request is described to the draw helpers by two tuples:
+
+    row = (logits_ptr, row_off, stride_lv, row_max, row_sum, inv_tau)
+    q   = (qid_ptr, qcnt_ptr, q_row_off, stride_qs, qdense_ptr, qd_row_off, stride_qdv,
+           inv_denominator)
+
+(row_off, q_row_off, qd_row_off, row_max, row_sum, inv_tau: [BLOCK_B] tensors; the rest
+scalars). Triton inlines every helper, so the split costs nothing at run time.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from pp3kernels.contract import (
+    NO_TOKEN,
+    STATUS_ALL_MASKED,
+    STATUS_BAD_DRAFT,
+    STATUS_NAN,
+    STATUS_OK,
+    STATUS_POSINF,
+)
+from pp3kernels.jit.launch import Q_DENSE, Q_SPARSE
+from pp3kernels.jit.philox import acceptance_coin, sample_uniform
+
+_STATUS_OK = tl.constexpr(STATUS_OK)
+_STATUS_NAN = tl.constexpr(STATUS_NAN)
+_STATUS_POSINF = tl.constexpr(STATUS_POSINF)
+_STATUS_ALL_MASKED = tl.constexpr(STATUS_ALL_MASKED)
+_STATUS_BAD_DRAFT = tl.constexpr(STATUS_BAD_DRAFT)
+_NO_TOKEN = tl.constexpr(NO_TOKEN)
+_Q_SPARSE = tl.constexpr(Q_SPARSE)
+_Q_DENSE = tl.constexpr(Q_DENSE)
+
+# A row's logits status is the minimum over the request's rows of a per-row code, so the
+# codes must rank as the contract checks them (NaN, then +inf, then all -inf), and a clean
+# row must rank after all of them. 99 is any value above the STATUS_* codes.
+_CLEAN_ROW = tl.constexpr(99)
+assert STATUS_OK < STATUS_NAN < STATUS_POSINF < STATUS_ALL_MASKED < _CLEAN_ROW.value
+
+# "No index": above every token id (offsets are int32 and V < 2^30 in practice), so that a
+# min-reduction over candidate ids ignores lanes that hold none.
+_BIG_INDEX = tl.constexpr(2**30)
+
+# Bits of a partial's flag word: a NaN was seen in the chunk; the chunk's maximum is +inf.
+_FLAG_NAN = tl.constexpr(1)
+_FLAG_POSINF = tl.constexpr(2)
+
+# Cancellation guard of the residual chunk masses: 2^-18 = 64 u, u = 2^-24 the fp32 unit
+# roundoff. A chunk mass M from the partials is an fp32 value: each of its terms passes
+# through the n online steps of its lane (an exponential of a few u and an add or a rescale
+# each), the lane's rescale to the chunk max, a tree sum over BLOCK_V lanes and the rescale
+# to the row max in phase 2; at the GPU plan (2048-token chunks, 256 lanes, n = 8) a
+# first-order worst case of its relative error is about 60 u, just under 2^-18. The support
+# exponentials e_s, by contrast, are the very fp32 values the draw uses. So where the
+# non-support remainder M - sum e_s is at most 2^-18 M it may be rounding alone (even of the
+# wrong sign, then clamped to 0), and the chunk is rescanned exactly. This guards two things:
+# a chunk whose only positive-weight tokens are support tokens never keeps a phantom mass
+# (drawn, it would find no token: the walk returns -1 and the request ends as BAD_DRAFT),
+# and a chunk whose non-support mass is real is never zeroed by cancellation. Above the
+# guard the remainder is certainly positive and its absolute error is that of M, the error
+# every chunk mass from the partials carries anyway. (One-chunk rows always rescan.)
+_RESCAN_BELOW = tl.constexpr(2.0**-18)
+
+# The in-kernel duplicate-support check compares every pair of slots ([.., S_P2, S_P2]
+# tiles): done for up to 16 slots, where it is cheap; host validation checks every S.
+_MAX_PAIRWISE_SLOTS = tl.constexpr(16)
+
+
+# --------------------------------------------------------------------------------------
+# Shared by both phases
+# --------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _temperature(tau):
+    """(is_t1, inv_tau): tau > 0 selects T1; inv_tau = 1/tau (fp32) there and 1 for T0 rows,
+    so that no division by zero is formed and T0 rows see finite, unused exponentials."""
+    is_t1 = tau > 0.0
+    inv_tau = tl.where(is_t1, 1.0 / tl.where(is_t1, tau, 1.0), 1.0)
+    return is_t1, inv_tau
+
+
+@triton.jit
+def _combine_max_sum(part_max, part_sum, inv_tau, AXIS: tl.constexpr):
+    """Combine (max, sum of exponentials) pairs along AXIS into one pair.
+
+    Each part j holds m_j and s_j = sum_i exp((x_i - m_j)/tau); the combination is
+    m = max_j m_j and s = sum_j s_j exp((m_j - m)/tau), over the parts with m_j > -inf only
+    (an empty part adds 0 and no -inf - (-inf) is used). ``inv_tau`` broadcasts against
+    ``part_max``. Lanes into a row (phase 1) and chunks into a row (phase 2) use it alike.
+    """
+    m = tl.max(part_max, axis=AXIS)
+    live = part_max != float("-inf")
+    scale = tl.where(live, tl.exp((part_max - tl.expand_dims(m, AXIS)) * inv_tau), 0.0)
+    s = tl.sum(tl.where(live, part_sum * scale, 0.0), axis=AXIS)
+    return m, s
+
+
+@triton.jit
+def _first_argmax(part_max, part_arg, m, AXIS: tl.constexpr):
+    """The lowest first-argmax among the parts along AXIS whose max equals the combined max
+    m (-0.0 == +0.0, so signed zeros tie and the lowest id wins)."""
+    return tl.min(tl.where(part_max == tl.expand_dims(m, AXIS), part_arg, _BIG_INDEX), axis=AXIS)
+
+
+# --------------------------------------------------------------------------------------
+# Phase 1: per-chunk row statistics
+# --------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _load_tile(logits_ptr, row_off, offs_v, mask_r, chunk_end, stride_lv):
+    """One [rows, BLOCK_V] tile of logits as fp32; -inf outside the chunk and masked rows."""
+    mask = mask_r[:, None] & (offs_v < chunk_end)[None, :]
+    ptrs = logits_ptr + row_off[:, None] + offs_v[None, :].to(tl.int64) * stride_lv
+    return tl.load(ptrs, mask=mask, other=float("-inf")).to(tl.float32)
+
+
+@triton.jit
+def _sampled_update(x, offs_v, run_max, run_sum, run_arg, run_nan, inv_tau, track_arg):
+    """Per-lane online max / sum of exp((x - m)/tau) with one exponential per element.
+
+    If x > m: s <- s exp((m - x)/tau) + 1 and m <- x; else s <- s + exp((x - m)/tau).
+    -inf adds nothing; a NaN never wins ``x > m`` and turns s into NaN (flagged separately).
+    The first argmax is tracked too where ``track_arg`` (the tile also holds greedy rows).
+    """
+    run_nan = run_nan | (x != x)
+    gt = x > run_max
+    diff = tl.where(gt, run_max - x, x - run_max)
+    e = tl.exp(diff * inv_tau[:, None])
+    run_sum = tl.where(gt, run_sum * e + 1.0, tl.where(x == float("-inf"), run_sum, run_sum + e))
+    if track_arg > 0:
+        run_arg = tl.where(gt, offs_v[None, :], run_arg)
+    run_max = tl.where(gt, x, run_max)
+    return run_max, run_sum, run_arg, run_nan
+
+
+@triton.jit
+def _greedy_update(x, offs_v, run_max, run_arg, run_nan):
+    """Per-lane running max and its first index (strict >: the lowest id wins ties)."""
+    run_nan = run_nan | (x != x)
+    gt = x > run_max
+    run_arg = tl.where(gt, offs_v[None, :], run_arg)
+    run_max = tl.where(gt, x, run_max)
+    return run_max, run_arg, run_nan
+
+
+# NSPLIT stays a runtime value even when it is 1: one code path for every split count.
+@triton.jit(do_not_specialize=["NSPLIT"])
+def chain_stats_kernel(
+    logits_ptr,
+    stride_lb,
+    stride_lk,
+    stride_lv,
+    temp_ptr,
+    part_max_ptr,
+    part_sum_ptr,
+    part_arg_ptr,
+    part_flag_ptr,
+    B,
+    V,
+    chunk,
+    NSPLIT,
+    K: tl.constexpr,
+    R: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+):
+    """Phase 1: per-row partial statistics of one vocabulary chunk for BLOCK_B requests.
+
+    Writes, for every row (request b, chain row i <= K) and this program's chunk c, at
+    [b, i, c] of the [B, K+1, NSPLIT] partials: the chunk max m_c, s_c = sum over the chunk
+    of exp((l - m_c)/tau) (T1 rows; T0 rows use tau = 1 and ignore it), the lowest id with
+    l = m_c, and the flag bits _FLAG_NAN / _FLAG_POSINF.
+    """
+    pid_b = tl.program_id(0)
+    pid_s = tl.program_id(1)
+
+    # One [BLOCK_B * R, BLOCK_V] tile stream over this split's chunk; the R rows of a
+    # request (K+1 of them valid) are loaded together so that their latencies overlap.
+    BLOCK_R: tl.constexpr = BLOCK_B * R
+    offs_r = tl.arange(0, BLOCK_R)
+    req = pid_b * BLOCK_B + offs_r // R
+    row = offs_r % R
+    mask_r = (req < B) & (row <= K)
+    req64 = req.to(tl.int64)
+    tau_r = tl.load(temp_ptr + req, mask=mask_r, other=0.0)
+    t1_r, inv_tau_r = _temperature(tau_r)
+    row_off = req64 * stride_lb + row.to(tl.int64) * stride_lk
+    lane = tl.arange(0, BLOCK_V)
+    chunk_start = pid_s * chunk
+    chunk_end = tl.minimum(chunk_start + chunk, V)
+    chunk_len = chunk_end - chunk_start
+    any_t1 = tl.max((t1_r & mask_r).to(tl.int32), axis=0)
+    any_t0 = tl.max((~t1_r & mask_r).to(tl.int32), axis=0)
+    run_max = tl.full([BLOCK_R, BLOCK_V], float("-inf"), dtype=tl.float32)
+    run_sum = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.float32)
+    run_arg = tl.full([BLOCK_R, BLOCK_V], _BIG_INDEX, dtype=tl.int32)
+    run_nan = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int1)
+    if any_t1 > 0:
+        # Sampled rows: running max and sum of exp((x - m)/tau) with ONE exponential per
+        # element (the side that lost is scaled by exp(-|x - m|/tau)); argmax only if the
+        # tile also holds greedy rows.
+        for v0 in range(0, chunk_len, 2 * BLOCK_V):
+            # Two tiles in flight per step: both loads are issued before either is used.
+            offs_a = chunk_start + v0 + lane
+            offs_b = offs_a + BLOCK_V
+            x_a = _load_tile(logits_ptr, row_off, offs_a, mask_r, chunk_end, stride_lv)
+            x_b = _load_tile(logits_ptr, row_off, offs_b, mask_r, chunk_end, stride_lv)
+            run_max, run_sum, run_arg, run_nan = _sampled_update(
+                x_a, offs_a, run_max, run_sum, run_arg, run_nan, inv_tau_r, any_t0
+            )
+            run_max, run_sum, run_arg, run_nan = _sampled_update(
+                x_b, offs_b, run_max, run_sum, run_arg, run_nan, inv_tau_r, any_t0
+            )
+    else:
+        # Greedy rows only: max and first argmax per lane, nothing else.
+        for v0 in range(0, chunk_len, 2 * BLOCK_V):
+            offs_a = chunk_start + v0 + lane
+            offs_b = offs_a + BLOCK_V
+            x_a = _load_tile(logits_ptr, row_off, offs_a, mask_r, chunk_end, stride_lv)
+            x_b = _load_tile(logits_ptr, row_off, offs_b, mask_r, chunk_end, stride_lv)
+            run_max, run_arg, run_nan = _greedy_update(x_a, offs_a, run_max, run_arg, run_nan)
+            run_max, run_arg, run_nan = _greedy_update(x_b, offs_b, run_max, run_arg, run_nan)
+    row_max, row_sum = _combine_max_sum(run_max, run_sum, inv_tau_r[:, None], 1)
+    row_arg = _first_argmax(run_max, run_arg, row_max, 1)
+    # A NaN never wins `x > m`, so it shows only in run_nan; +inf shows as the maximum.
+    row_flag = tl.max(run_nan.to(tl.int32), axis=1) | tl.where(
+        row_max == float("inf"), _FLAG_POSINF, 0
+    )
+    part = (req64 * (K + 1) + row) * NSPLIT + pid_s
+    tl.store(part_max_ptr + part, row_max, mask=mask_r)
+    tl.store(part_sum_ptr + part, row_sum, mask=mask_r)
+    tl.store(part_arg_ptr + part, row_arg, mask=mask_r)
+    tl.store(part_flag_ptr + part, row_flag, mask=mask_r)
+
+
+# --------------------------------------------------------------------------------------
+# Phase 2, steps 1-2: row statistics and the acceptance of every draft row
+# --------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _logits_status(p_flag, r_max, valid):
+    """Per request: STATUS_NAN if any valid row saw a NaN, else STATUS_POSINF if any row's
+    max is +inf, else STATUS_ALL_MASKED if any row's max is -inf, else STATUS_OK (the
+    contract's order, over every row the request owns, whatever the chain does)."""
+    saw_nan = tl.max(p_flag & _FLAG_NAN, axis=2) != 0
+    saw_inf = tl.max(p_flag & _FLAG_POSINF, axis=2) != 0
+    code = tl.where(
+        saw_nan,
+        _STATUS_NAN,
+        tl.where(
+            saw_inf,
+            _STATUS_POSINF,
+            tl.where(r_max == float("-inf"), _STATUS_ALL_MASKED, _STATUS_OK),
+        ),
+    )
+    code = tl.where(valid & (code != _STATUS_OK), code, _CLEAN_ROW)
+    status = tl.min(code, axis=1)
+    return tl.where(status == _CLEAN_ROW, _STATUS_OK, status)
+
+
+@triton.jit
+def _proposal_probability(logits, offs_b64, rows, draft, t1_2d, in_range, r_max, r_sum, inv_tau):
+    """p_x = exp((l_x - m)/tau) / s in fp32 for every draft row of a T1 request (``t1_2d``)
+    whose x is in [0, V) (``in_range``); 0 elsewhere, where no logit is read."""
+    logits_ptr, stride_lb, stride_lk, stride_lv = logits
+    x_logit = tl.load(
+        logits_ptr
+        + offs_b64[:, None] * stride_lb
+        + rows[None, :].to(tl.int64) * stride_lk
+        + draft.to(tl.int64) * stride_lv,
+        mask=t1_2d & in_range,
+        other=float("-inf"),
+    ).to(tl.float32)
+    return tl.exp((x_logit - r_max) * inv_tau[:, None]) / r_sum
+
+
+@triton.jit
+def _accept_sparse_q(
+    q_sparse,
+    offs_b64,
+    rows,
+    drow,
+    draft,
+    is_t1,
+    proposed,
+    coin,
+    p_x,
+    den64,
+    bad,
+    V,
+    S: tl.constexpr,
+    S_P2: tl.constexpr,
+):
+    """Integer q: (accept, bad) for every draft row.
+
+    accept iff U n < p_x C in fp64, n = the count of x in q's row over denominator C (exact:
+    U has 24 significant bits, n at most 24, and p_x C is p_x scaled by a power of two).
+    ``bad`` gains the host validation's rules, checked on every draft row (the status must
+    not depend on where the chain stops): no negative count, padding slots carry id -1,
+    support ids in [0, V) and distinct (pairwise, for S_P2 <= 16), mass C (or 0 where
+    nothing is proposed or the request is greedy), and a sampled proposal inside the support.
+    """
+    qid_ptr, qcnt_ptr, stride_qb, stride_qk, stride_qs = q_sparse
+    slots = tl.arange(0, S_P2)
+    qidx = (
+        offs_b64[:, None, None] * stride_qb
+        + rows[None, :, None] * stride_qk
+        + slots[None, None, :] * stride_qs
+    )
+    qmask = drow[:, :, None] & (slots < S)[None, None, :]
+    q_sid = tl.load(qid_ptr + qidx, mask=qmask, other=_NO_TOKEN)
+    q_cnt = tl.load(qcnt_ptr + qidx, mask=qmask, other=0)
+    positive = q_cnt > 0
+    count = tl.sum(tl.where((q_sid == draft[:, :, None]) & positive, q_cnt, 0), axis=2)
+    q_mass = tl.sum(q_cnt.to(tl.int64), axis=2)
+    slot_bad = (q_cnt < 0) | ((q_cnt == 0) & (q_sid != _NO_TOKEN))
+    slot_bad = slot_bad | (positive & ((q_sid < 0) | (q_sid >= V)))
+    malformed = tl.max(slot_bad.to(tl.int32), axis=2) != 0
+    if S_P2 <= _MAX_PAIRWISE_SLOTS:
+        same = (q_sid[:, :, :, None] == q_sid[:, :, None, :]) & (slots[:, None] < slots[None, :])[
+            None, None, :, :
+        ]
+        dup = same & positive[:, :, :, None] & positive[:, :, None, :]
+        malformed = malformed | (tl.max(tl.max(dup.to(tl.int32), axis=3), axis=2) != 0)
+    zero_allowed = (draft < 0) | ~is_t1[:, None]
+    mass_ok = (q_mass.to(tl.float64) == den64) | ((q_mass == 0) & zero_allowed)
+    bad = bad | (drow & (malformed | ~mass_ok)) | (proposed & (count <= 0))
+    accept = coin * count.to(tl.float64) < p_x.to(tl.float64) * den64
+    return accept, bad
+
+
+@triton.jit
+def _accept_dense_q(q_dense, offs_b64, rows, draft, proposed, coin, p_x, bad):
+    """Dense float q: (accept, bad) for every draft row. accept iff U q_x < p_x in fp64;
+    ``bad`` gains proposals whose q_x is not finite and positive (q_x is read only there)."""
+    qdense_ptr, stride_qdb, stride_qdk, stride_qdv = q_dense
+    q_x = tl.load(
+        qdense_ptr
+        + offs_b64[:, None] * stride_qdb
+        + rows[None, :] * stride_qdk
+        + draft.to(tl.int64) * stride_qdv,
+        mask=proposed,
+        other=0.0,
+    ).to(tl.float32)
+    bad = bad | (proposed & ~((q_x > 0.0) & (q_x < float("inf"))))
+    accept = coin * q_x.to(tl.float64) < p_x.to(tl.float64)
+    return accept, bad
+
+
+# --------------------------------------------------------------------------------------
+# Phase 2, step 3: the stop row's draw (chunk -> tile -> token)
+# --------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _row_weights(row, q, resid, offs_v, mask_v, Q_MODE: tl.constexpr, S: tl.constexpr):
+    """Residual weights r_v of one [BLOCK_B, BLOCK_F] tile, in units of e_v = exp((l_v - m)/tau).
+
+    r_v = max(e_v - q_v s, 0) where the request is in residual mode (``resid``: its stop row
+    rejected a draft) and v is in q's support (sparse, q_v = count / C) or anywhere (dense);
+    r_v = e_v otherwise. Masked lanes weigh 0.
+    """
+    logits_ptr, row_off, stride_lv, row_max, row_sum, inv_tau = row
+    qid_ptr, qcnt_ptr, q_row_off, stride_qs, qdense_ptr, qd_row_off, stride_qdv, inv_den = q
+    ptrs = logits_ptr + row_off[:, None] + offs_v.to(tl.int64) * stride_lv
+    logit = tl.load(ptrs, mask=mask_v, other=float("-inf")).to(tl.float32)
+    e = tl.exp((logit - row_max[:, None]) * inv_tau[:, None])
+    e = tl.where(mask_v, e, 0.0)
+    if Q_MODE == _Q_SPARSE:
+        for s in range(S):
+            sid = tl.load(qid_ptr + q_row_off + s * stride_qs, mask=resid, other=_NO_TOKEN)
+            cnt = tl.load(qcnt_ptr + q_row_off + s * stride_qs, mask=resid, other=0)
+            q_scaled = cnt.to(tl.float32) * inv_den * row_sum
+            hit = (offs_v == sid[:, None]) & (resid & (cnt > 0))[:, None]
+            e = tl.where(hit, tl.maximum(e - q_scaled[:, None], 0.0), e)
+    if Q_MODE == _Q_DENSE:
+        qd_ptrs = qdense_ptr + qd_row_off[:, None] + offs_v.to(tl.int64) * stride_qdv
+        qd = tl.load(qd_ptrs, mask=mask_v & resid[:, None], other=0.0).to(tl.float32)
+        e = tl.where(resid[:, None], tl.maximum(e - qd * row_sum[:, None], 0.0), e)
+    return e
+
+
+@triton.jit
+def _chunk_walk(
+    row,
+    q,
+    resid,
+    live,
+    chunk_start,
+    chunk,
+    V,
+    target,
+    Q_MODE: tl.constexpr,
+    S: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+):
+    """Walk one chunk tile by tile (rows where ``live``), summing r_v in fp64 per tile.
+
+    Returns (total, tile, before): the chunk's total weight T = sum of the tile sums, the
+    start of the first tile whose running total exceeds ``target`` (else the last tile with
+    positive weight, else -1), and the running total before that tile. One cumulative sum
+    inside one tile then finishes the draw (``_tile_pick``). An exact rescan of the chunk's
+    mass is the same walk with target = +inf, so the mass and the draw share their sums.
+    """
+    chunk_end = tl.minimum(chunk_start + chunk, V)
+    carry = tl.zeros([BLOCK_B], dtype=tl.float64)
+    hit_tile = tl.full([BLOCK_B], -1, dtype=tl.int32)
+    hit_before = tl.zeros([BLOCK_B], dtype=tl.float64)
+    last_tile = tl.full([BLOCK_B], -1, dtype=tl.int32)
+    last_before = tl.zeros([BLOCK_B], dtype=tl.float64)
+    lane = tl.arange(0, BLOCK_F)
+    for v0 in range(0, chunk, BLOCK_F):
+        offs_v = chunk_start[:, None] + v0 + lane[None, :]
+        mask_v = (offs_v < chunk_end[:, None]) & live[:, None]
+        w = _row_weights(row, q, resid, offs_v, mask_v, Q_MODE, S)
+        tile_total = tl.sum(w.to(tl.float64), axis=1)
+        after = carry + tile_total
+        crossing = (hit_tile < 0) & (after > target) & (tile_total > 0.0)
+        hit_before = tl.where(crossing, carry, hit_before)
+        hit_tile = tl.where(crossing, chunk_start + v0, hit_tile)
+        last_before = tl.where(tile_total > 0.0, carry, last_before)
+        last_tile = tl.where(tile_total > 0.0, chunk_start + v0, last_tile)
+        carry = after
+    tile = tl.where(hit_tile >= 0, hit_tile, last_tile)
+    before = tl.where(hit_tile >= 0, hit_before, last_before)
+    return carry, tile, before
+
+
+@triton.jit
+def _tile_pick(
+    row,
+    q,
+    resid,
+    live,
+    tile_start,
+    tile_end,
+    target,
+    before,
+    Q_MODE: tl.constexpr,
+    S: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+):
+    """The first id v in [tile_start, tile_end) whose running sum before + sum_{w <= v} r_w
+    (fp64) exceeds ``target``: it has r_v > 0, since the sum grows only there. Where rounding
+    left the target past the tile's end, the tile's last positive-weight id; -1 where the
+    tile is -1 (no positive weight in the chunk) or the row is not ``live``."""
+    offs_v = tile_start[:, None] + tl.arange(0, BLOCK_F)[None, :]
+    mask_v = (offs_v < tile_end[:, None]) & ((tile_start >= 0) & live)[:, None]
+    w = _row_weights(row, q, resid, offs_v, mask_v, Q_MODE, S)
+    running = before[:, None] + tl.cumsum(w.to(tl.float64), axis=1)
+    first = tl.min(tl.where((running > target[:, None]) & mask_v, offs_v, _BIG_INDEX), axis=1)
+    last_positive = tl.max(tl.where((w > 0.0) & mask_v, offs_v, -1), axis=1)
+    return tl.where(first < _BIG_INDEX, first, last_positive)
+
+
+@triton.jit
+def _chunk_masses(p_max, p_sum, at_stop, stop_max, inv_tau):
+    """M_c = s_c exp((m_c - m)/tau) for every chunk c of the stop row (fp32, returned as
+    fp64): the chunk's sum of e_v from its partials (m_c, s_c), rescaled to the row max m;
+    0 for a chunk of only -inf."""
+    sel = at_stop[:, :, None]
+    c_max = tl.max(tl.where(sel, p_max, float("-inf")), axis=1)
+    c_sum = tl.sum(tl.where(sel, p_sum, 0.0), axis=1)
+    c_live = c_max != float("-inf")
+    return tl.where(c_live, c_sum * tl.exp((c_max - stop_max[:, None]) * inv_tau[:, None]), 0.0).to(
+        tl.float64
+    )
+
+
+@triton.jit
+def _support_corrections(
+    row,
+    q,
+    resid,
+    full_mass,
+    splits,
+    chunk,
+    V,
+    NSPLIT,
+    S: tl.constexpr,
+    S_P2: tl.constexpr,
+):
+    """Sparse q: (mass, rescan) per chunk of the stop row.
+
+    The residual differs from e only on the S support tokens of a rejected draft, so a chunk
+    c holding some of them gets W_c = max(M_c - sum_s e_s, 0) + sum_s r_s (sums over its
+    support tokens, fp64); other chunks keep M_c. ``rescan`` marks the corrected chunks whose
+    remainder M_c - sum_s e_s is at most 2^-18 M_c (see _RESCAN_BELOW), and every corrected
+    chunk of a one-chunk row, where a rescan is as cheap as the correction is inexact.
+    """
+    logits_ptr, stop_off, stride_lv, stop_max, stop_sum, inv_tau = row
+    qid_ptr, qcnt_ptr, q_stop, stride_qs, _qdense_ptr, _qd_stop, _stride_qdv, inv_den = q
+    slots = tl.arange(0, S_P2)
+    sidx = q_stop[:, None] + slots[None, :] * stride_qs
+    smask = resid[:, None] & (slots < S)[None, :]
+    s_id = tl.load(qid_ptr + sidx, mask=smask, other=_NO_TOKEN)
+    s_cnt = tl.load(qcnt_ptr + sidx, mask=smask, other=0)
+    s_ok = smask & (s_cnt > 0) & (s_id >= 0) & (s_id < V)
+    s_logit = tl.load(
+        logits_ptr + stop_off[:, None] + s_id.to(tl.int64) * stride_lv,
+        mask=s_ok,
+        other=float("-inf"),
+    ).to(tl.float32)
+    s_e = tl.where(s_ok, tl.exp((s_logit - stop_max[:, None]) * inv_tau[:, None]), 0.0)
+    s_r = tl.maximum(s_e - s_cnt.to(tl.float32) * inv_den * stop_sum[:, None], 0.0)
+    s_r = tl.where(s_ok, s_r, 0.0)
+    in_c = s_ok[:, :, None] & ((s_id // chunk)[:, :, None] == splits[None, None, :])
+    sup_e = tl.sum(tl.where(in_c, s_e[:, :, None], 0.0).to(tl.float64), axis=1)
+    sup_r = tl.sum(tl.where(in_c, s_r[:, :, None], 0.0).to(tl.float64), axis=1)
+    dirty = sup_e > 0.0
+    remainder = full_mass - sup_e
+    mass = tl.where(dirty, tl.maximum(remainder, 0.0) + sup_r, full_mass)
+    rescan = dirty & ((remainder <= full_mass * _RESCAN_BELOW) | (NSPLIT == 1))
+    return mass, rescan
+
+
+@triton.jit
+def _rescan_chunks(
+    row,
+    q,
+    resid,
+    rescan,
+    mass,
+    splits,
+    chunk,
+    V,
+    NSPLIT,
+    Q_MODE: tl.constexpr,
+    S: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+):
+    """``mass`` with every chunk marked in ``rescan`` replaced by its exact residual total:
+    one ``_chunk_walk`` per chunk that some request needs, the very sums the draw will use."""
+    if tl.max(tl.max(rescan.to(tl.int32), axis=1), axis=0) > 0:
+        for c in range(NSPLIT):
+            rescan_c = tl.max(tl.where(splits[None, :] == c, rescan, 0), axis=1) != 0
+            if tl.max(rescan_c.to(tl.int32), axis=0) > 0:
+                total, _t, _b = _chunk_walk(
+                    row,
+                    q,
+                    resid,
+                    rescan_c,
+                    tl.zeros([BLOCK_B], tl.int32) + c * chunk,
+                    chunk,
+                    V,
+                    tl.full([BLOCK_B], float("inf"), tl.float64),
+                    Q_MODE,
+                    S,
+                    BLOCK_B,
+                    BLOCK_F,
+                )
+                hit = rescan_c[:, None] & (splits[None, :] == c)
+                mass = tl.where(hit, total[:, None], mass)
+    return mass
+
+
+@triton.jit
+def _pick_chunk(
+    mass,
+    full_mass,
+    split_ok,
+    splits,
+    resid,
+    need_sample,
+    seed,
+    position,
+    stop_row,
+    NSPLIT_P2: tl.constexpr,
+):
+    """(pick, inner, resid): the chunk c that the inverse CDF over chunk masses names for the
+    uniform u (first c with sum_{c' <= c} W_c' > u sum W and W_c > 0; else the last chunk
+    of positive mass), and the target inside it, u sum W - sum_{c' < c} W_c'.
+
+    A request whose residual is empty in floats (only reachable through rounding: p and q
+    agree to within it) samples p instead: its masses become M_c and ``resid`` is cleared.
+    """
+    mass = tl.where(split_ok[None, :], mass, 0.0)
+    total_mass = tl.sum(mass, axis=1)
+    empty = need_sample & ~(total_mass > 0.0)
+    resid = resid & ~empty
+    mass = tl.where(empty[:, None], tl.where(split_ok[None, :], full_mass, 0.0), mass)
+    cumulative = tl.cumsum(mass, axis=1)
+    total_mass = tl.sum(mass, axis=1)
+    u = sample_uniform(seed, position + stop_row)
+    target = u * total_mass
+    past = (cumulative > target[:, None]) & (mass > 0.0)
+    pick = tl.min(tl.where(past, splits[None, :], NSPLIT_P2), axis=1)
+    last_nonzero = tl.max(tl.where(mass > 0.0, splits[None, :], -1), axis=1)
+    pick = tl.maximum(tl.where(pick >= NSPLIT_P2, last_nonzero, pick), 0)
+    before_chunk = tl.sum(tl.where(splits[None, :] < pick[:, None], mass, 0.0), axis=1)
+    return pick, target - before_chunk, resid
+
+
+@triton.jit
+def _draw_in_chunk(
+    row,
+    q,
+    resid,
+    need_sample,
+    pick,
+    inner,
+    chunk,
+    V,
+    Q_MODE: tl.constexpr,
+    S: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+):
+    """The token of chunk ``pick`` at which the running sum of r_v exceeds ``inner``: the
+    tile by its tile sums (``_chunk_walk``), then the token inside it (``_tile_pick``)."""
+    _total, tile, before = _chunk_walk(
+        row, q, resid, need_sample, pick * chunk, chunk, V, inner, Q_MODE, S, BLOCK_B, BLOCK_F
+    )
+    tile_end = tl.minimum(tl.minimum(tile + BLOCK_F, pick * chunk + chunk), V)
+    return _tile_pick(row, q, resid, need_sample, tile, tile_end, inner, before, Q_MODE, S, BLOCK_F)
+
+
+@triton.jit(do_not_specialize=["NSPLIT"])
+def chain_finish_kernel(
+    logits_ptr,
+    stride_lb,
+    stride_lk,
+    stride_lv,
+    draft_ptr,
+    stride_db,
+    stride_dk,
+    qid_ptr,
+    qcnt_ptr,
+    stride_qb,
+    stride_qk,
+    stride_qs,
+    qdense_ptr,
+    stride_qdb,
+    stride_qdk,
+    stride_qdv,
+    temp_ptr,
+    seed_ptr,
+    pos_ptr,
+    tokens_ptr,
+    accepted_ptr,
+    status_ptr,
+    part_max_ptr,
+    part_sum_ptr,
+    part_arg_ptr,
+    part_flag_ptr,
+    B,
+    V,
+    chunk,
+    NSPLIT,
+    denominator_f,
+    K: tl.constexpr,
+    R: tl.constexpr,
+    S: tl.constexpr,
+    S_P2: tl.constexpr,
+    Q_MODE: tl.constexpr,
+    NSPLIT_P2: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+):
+    """Phase 2: combine the partials, walk the chain, draw the stop row's token.
+
+    Writes tokens [B, K+1] (accepted drafts, the emitted token, then -1), accepted [B] and
+    status [B] (int8); a request with a non-OK status emits nothing (all -1, accepted 0).
+    """
+    pid_b = tl.program_id(0)
+    offs_b = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
+    mask_b = offs_b < B
+    offs_b64 = offs_b.to(tl.int64)
+    tau = tl.load(temp_ptr + offs_b, mask=mask_b, other=0.0)
+    is_t1, inv_tau = _temperature(tau)
+    seed = tl.load(seed_ptr + offs_b, mask=mask_b, other=0)
+    position = tl.load(pos_ptr + offs_b, mask=mask_b, other=0)
+    rows = tl.arange(0, R)
+    valid = mask_b[:, None] & (rows <= K)[None, :]
+    splits = tl.arange(0, NSPLIT_P2)
+    split_ok = splits < NSPLIT
+    inv_denominator = 1.0 / denominator_f
+    den64 = tl.zeros([BLOCK_B, R], dtype=tl.float64) + denominator_f
+
+    # ---- 1. Every row's partials at once, [BLOCK_B, R, NSPLIT_P2], into row statistics.
+    prow = offs_b64[:, None] * (K + 1) + rows[None, :]
+    pidx = prow[:, :, None] * NSPLIT + splits[None, None, :]
+    pmask = valid[:, :, None] & split_ok[None, None, :]
+    p_max = tl.load(part_max_ptr + pidx, mask=pmask, other=float("-inf"))
+    p_sum = tl.load(part_sum_ptr + pidx, mask=pmask, other=0.0)
+    p_arg = tl.load(part_arg_ptr + pidx, mask=pmask, other=_BIG_INDEX)
+    p_flag = tl.load(part_flag_ptr + pidx, mask=pmask, other=0)
+    r_max, r_sum = _combine_max_sum(p_max, p_sum, inv_tau[:, None, None], 2)
+    greedy = _first_argmax(p_max, p_arg, r_max, 2)
+    status = _logits_status(p_flag, r_max, valid)
+
+    # ---- 2. The chain, all rows at once: accept[i] for every draft row, then the first
+    # failure is the stop row (K when every draft is accepted: the bonus row).
+    drow = valid & (rows < K)[None, :]
+    draft = tl.load(
+        draft_ptr + offs_b64[:, None] * stride_db + rows[None, :] * stride_dk,
+        mask=drow,
+        other=_NO_TOKEN,
+    )
+    in_range = (draft >= 0) & (draft < V)
+    t1_2d = is_t1[:, None] & drow
+    p_x = _proposal_probability(
+        (logits_ptr, stride_lb, stride_lk, stride_lv),
+        offs_b64,
+        rows,
+        draft,
+        t1_2d,
+        in_range,
+        r_max,
+        r_sum,
+        inv_tau,
+    )
+    coin = acceptance_coin(seed[:, None], position[:, None] + rows[None, :])
+    bad = drow & ((draft < _NO_TOKEN) | (draft >= V))
+    proposed = t1_2d & in_range  # a T1 proposal inside [0, V): its p_x and q are read
+    if Q_MODE == _Q_SPARSE:
+        accept_t1, bad = _accept_sparse_q(
+            (qid_ptr, qcnt_ptr, stride_qb, stride_qk, stride_qs),
+            offs_b64,
+            rows,
+            drow,
+            draft,
+            is_t1,
+            proposed,
+            coin,
+            p_x,
+            den64,
+            bad,
+            V,
+            S,
+            S_P2,
+        )
+    elif Q_MODE == _Q_DENSE:
+        accept_t1, bad = _accept_dense_q(
+            (qdense_ptr, stride_qdb, stride_qdk, stride_qdv),
+            offs_b64,
+            rows,
+            draft,
+            proposed,
+            coin,
+            p_x,
+            bad,
+        )
+    else:
+        bad = bad | proposed  # a sampled proposal without any q
+        accept_t1 = draft < _NO_TOKEN  # all False where it matters (in_range gates it)
+    accept = in_range & tl.where(is_t1[:, None], accept_t1, draft == greedy)
+    fail = drow & ~accept
+    stop_row = tl.min(tl.where(fail, rows[None, :], K), axis=1)
+    accepted = stop_row
+    at_stop = rows[None, :] == stop_row[:, None]
+    bad_any = tl.max(bad.to(tl.int32), axis=1)
+    status = tl.where((status == _STATUS_OK) & (bad_any != 0), _STATUS_BAD_DRAFT, status)
+    stop_draft = tl.sum(tl.where(at_stop & drow, draft, 0), axis=1)
+    resid = (stop_row < K) & (stop_draft >= 0)  # a rejected draft: sample (p - q)+
+    stop_max = tl.sum(tl.where(at_stop, r_max, 0.0), axis=1)
+    stop_sum = tl.sum(tl.where(at_stop, r_sum, 0.0), axis=1)
+    final = tl.sum(tl.where(at_stop, greedy, 0), axis=1)
+    final = tl.where(is_t1, _NO_TOKEN, final)
+
+    # ---- 3. T1: draw the stop row's token: a chunk by inverse CDF, a tile, then a token.
+    need_sample = mask_b & is_t1 & (status == _STATUS_OK)
+    if tl.max(need_sample.to(tl.int32), axis=0) > 0:
+        resid = resid & need_sample
+        stop_off = offs_b64 * stride_lb + stop_row.to(tl.int64) * stride_lk
+        q_stop = offs_b64 * stride_qb + stop_row.to(tl.int64) * stride_qk
+        qd_stop = offs_b64 * stride_qdb + stop_row.to(tl.int64) * stride_qdk
+        row = (logits_ptr, stop_off, stride_lv, stop_max, stop_sum, inv_tau)
+        q = (qid_ptr, qcnt_ptr, q_stop, stride_qs, qdense_ptr, qd_stop, stride_qdv, inv_denominator)
+        full_mass = _chunk_masses(p_max, p_sum, at_stop, stop_max, inv_tau)
+        mass = full_mass
+        if Q_MODE == _Q_SPARSE:
+            mass, rescan = _support_corrections(
+                row, q, resid, full_mass, splits, chunk, V, NSPLIT, S, S_P2
+            )
+        elif Q_MODE == _Q_DENSE:
+            # Dense q changes every weight of a rejected row: every chunk is rescanned.
+            rescan = resid[:, None] & split_ok[None, :]
+        else:
+            rescan = tl.zeros([BLOCK_B, NSPLIT_P2], dtype=tl.int1)
+        mass = _rescan_chunks(
+            row, q, resid, rescan, mass, splits, chunk, V, NSPLIT, Q_MODE, S, BLOCK_B, BLOCK_F
+        )
+        pick, inner, resid = _pick_chunk(
+            mass,
+            full_mass,
+            split_ok,
+            splits,
+            resid,
+            need_sample,
+            seed,
+            position,
+            stop_row,
+            NSPLIT_P2,
+        )
+        chosen = _draw_in_chunk(
+            row, q, resid, need_sample, pick, inner, chunk, V, Q_MODE, S, BLOCK_B, BLOCK_F
+        )
+        final = tl.where(need_sample, chosen, final)
+
+    # ---- Outputs: accepted drafts, the final token, -1 padding; nothing on a bad status.
+    # A T1 draw that found no token (only possible on malformed, unvalidated q) is BAD_DRAFT.
+    status = tl.where(mask_b & (status == _STATUS_OK) & (final < 0), _STATUS_BAD_DRAFT, status)
+    ok = mask_b & (status == _STATUS_OK)
+    token = tl.where(
+        rows[None, :] < accepted[:, None],
+        draft,
+        tl.where(rows[None, :] == accepted[:, None], final[:, None], _NO_TOKEN),
+    )
+    token = tl.where(ok[:, None], token, _NO_TOKEN)
+    tl.store(tokens_ptr + offs_b64[:, None] * (K + 1) + rows[None, :], token, mask=valid)
+    tl.store(accepted_ptr + offs_b, tl.where(ok, accepted, 0), mask=mask_b)
+    tl.store(status_ptr + offs_b, status.to(tl.int8), mask=mask_b)

@@ -1,0 +1,28 @@
+"""The typed edge between host code and the Triton device code of ``pp3kernels.jit``.
+
+Triton ships no type information, so a ``@triton.jit`` function is ``Any`` to mypy. Host
+modules never touch that ``Any``: they hold each kernel as a ``Launchable`` (the one thing a
+host does with a kernel is ``kernel[grid](*args, **meta)``), and they name the q forms of the
+chain kernels with the plain integers below, which the device code wraps as constexprs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+# How the chain kernels read q (their Q_MODE constexpr): not at all, as sparse integer
+# counts (q_ids, q_counts over a power-of-two denominator), or as dense float rows.
+Q_NONE = 0
+Q_SPARSE = 1
+Q_DENSE = 2
+
+
+class Launchable(Protocol):
+    """A Triton kernel as the host sees it: ``kernel[grid]`` is the launcher for that grid.
+
+    The launcher takes the kernel's arguments positionally, its constexprs and launch
+    options (``num_warps``) by keyword, and runs asynchronously on the current stream.
+    """
+
+    def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., object]: ...
