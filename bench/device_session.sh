@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call of evidence, from the repository root on the GPU machine:
 #   bash bench/device_session.sh STAGE [ARGS] [then STAGE [ARGS]]...
-#   (carry [".whl", ".overlay", ".triton-cache.tgz"]); e.g. `tests then qualify then probe --batch 1,64`
+#   (carry [".whl", ".overlay", ".base", ".triton-cache.tgz"]); e.g. `pytest then qualify`
 # Stages, run in the order given, each time-boxed, all output logged to $OUT/session.log;
 # each stage's ARGS (the words up to the next "then") go to its command:
 #   tests    pytest -m gpu ARGS in the background, beside the next stages
@@ -9,6 +9,8 @@
 #   qualify  pp3 qualify --profile strict ARGS
 #   oracle   pp3 oracle --device cuda ARGS
 #   probe    pp3 probe --overlay .overlay/vllm-0.33.0 ARGS
+#   ab       bench/selector_ab.py --base .base ARGS (.base/pp3kernels: an older kernel
+#            package to compare with; carry ".base" too)
 # Receipts and the manifest are copied to $OUT; the Triton cache is returned as a tarball
 # (TRITON_CACHE_DIR lives in the repository, git-ignored; carry .triton-cache.tgz, the
 # tarball an earlier call returned, and compiled kernels of unchanged source are reused).
@@ -17,7 +19,8 @@ start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit 3
-python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >/dev/null 2>&1 || exit 3
+python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >/tmp/install.log 2>&1 \
+  || { tail -20 /tmp/install.log; echo "editable install failed"; exit 3; }
 export PP3_SCRATCH=/tmp/pp3-scratch PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=$PWD/.triton-cache
 mkdir -p receipts "$TRITON_CACHE_DIR"
 [ -f .triton-cache.tgz ] && tar -xzf .triton-cache.tgz -C "$TRITON_CACHE_DIR"
@@ -47,6 +50,10 @@ while [ $# -gt 0 ]; do
     oracle)
       timeout 100 python3 -m pp3cli oracle --device cuda "${args[@]}" 2>&1 | tail -60 | tee -a "$log"
       say "oracle exit ${PIPESTATUS[0]}" ;;
+    ab)
+      timeout 500 python3 bench/selector_ab.py --base .base --out "$OUT" "${args[@]}" 2>&1 \
+        | tee "$OUT/selector_ab.log" | tail -40 | tee -a "$log"
+      say "ab exit ${PIPESTATUS[0]}" ;;
     probe)
       timeout $(( 570 - $(elapsed) )) python3 -m pp3cli probe --overlay .overlay/vllm-0.33.0 \
         "${args[@]}" 2>&1 | tee -a "$log" | tail -80
