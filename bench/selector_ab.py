@@ -26,8 +26,9 @@ B in {1, 4, 16, 64, 256} x {all T1, all T0, half}; sparse q (S = 64 tokens of C 
 the draft among them) and dense q (softmax of noisy logits) for B in {4, 64}, all T1.
 
 Prints one table last (case, base µs, new µs, new/base, outputs identical; µs = median over
-rounds of each worker's median) and writes everything to DIR/selector_ab.json. It does not
-import pp3cli.
+rounds of each worker's median) and writes everything to DIR/selector_ab.json. Graph
+capture and timing are pp3cli.timing.measure's (the same as `pp3 probe`); nothing else of
+pp3cli is imported, so the base package is never mixed with this tree's pp3kernels.
 """
 
 from __future__ import annotations
@@ -104,43 +105,29 @@ def digest(tensors: list[Any]) -> str:
 
 
 def time_case(call_sets: list[Any], cpu: bool) -> list[float]:
-    """µs per call: wall clock of single calls (--cpu), else CUDA-graph replays."""
-    import torch
-
-    samples: list[float] = []
+    """µs per call: wall clock of single calls (--cpu), else CUDA-graph replays timed as
+    ``pp3 probe`` times them (``pp3cli.timing.measure``, which imports no pp3kernels)."""
     if cpu:
+        samples: list[float] = []
         for call in call_sets[:2]:
             began = time.perf_counter()
             call()
             samples.append((time.perf_counter() - began) * 1e6)
         return samples
-    graphs = []
-    for first in range(0, len(call_sets), GRAPH_CALLS):
-        group = [call_sets[(first + r) % len(call_sets)] for r in range(GRAPH_CALLS)]
-        side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for call in group:
-                call()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for call in group:
-                call()
-        graphs.append(graph)
-    for _ in range(WARMUP_REPLAYS):
-        for graph in graphs:
-            graph.replay()
-    torch.cuda.synchronize()
-    start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-    end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-    for i in range(TIMED_REPLAYS):
-        start.record()
-        graphs[i % len(graphs)].replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1000.0 / GRAPH_CALLS)
-    return samples
+    from pp3cli.timing.measure import cuda_event_timer, cuda_graph_capture, time_replays
+
+    groups = [
+        [call_sets[(first + r) % len(call_sets)] for r in range(GRAPH_CALLS)]
+        for first in range(0, len(call_sets), GRAPH_CALLS)
+    ]
+    replays = [cuda_graph_capture(group)[0] for group in groups]
+    return time_replays(
+        replays,
+        rounds=GRAPH_CALLS,
+        warmup=WARMUP_REPLAYS,
+        replays=TIMED_REPLAYS,
+        timer=cuda_event_timer,
+    )
 
 
 def worker(cpu: bool, result_path: str) -> None:

@@ -174,11 +174,17 @@ def verify_chain(
     if plan.chunk % plan.block_v or plan.chunk % block_f:
         raise ValueError(f"{plan}: chunk must be a multiple of block_v and block_f")
     blocks = triton.cdiv(batch, plan.block_b)
+    # Phase 1 writes, phase 2 reads: per (request, row, chunk) max, sum, argmax and flags;
+    # both kernels take them, then (B, V, chunk, NSPLIT), in this order.
     part_shape = (batch, rows, plan.nsplit)
-    part_max = torch.empty(part_shape, dtype=torch.float32, device=device)
-    part_sum = torch.empty(part_shape, dtype=torch.float32, device=device)
-    part_arg = torch.empty(part_shape, dtype=torch.int32, device=device)
-    part_flag = torch.empty(part_shape, dtype=torch.int32, device=device)
+    partials = (
+        torch.empty(part_shape, dtype=torch.float32, device=device),
+        torch.empty(part_shape, dtype=torch.float32, device=device),
+        torch.empty(part_shape, dtype=torch.int32, device=device),
+        torch.empty(part_shape, dtype=torch.int32, device=device),
+    )
+    split = (batch, vocab, plan.chunk, plan.nsplit)
+    shape = {"K": k, "R": triton.next_power_of_2(rows), "BLOCK_B": plan.block_b}
 
     # K = 0 still needs a valid draft pointer: a [B, 1] column of NO_TOKEN, never read as a
     # draft (no row is a draft row) and standing in for the unused q pointers.
@@ -213,17 +219,9 @@ def verify_chain(
         logits,
         *logits.stride(),
         temperature,
-        part_max,
-        part_sum,
-        part_arg,
-        part_flag,
-        batch,
-        vocab,
-        plan.chunk,
-        plan.nsplit,
-        K=k,
-        R=triton.next_power_of_2(rows),
-        BLOCK_B=plan.block_b,
+        *partials,
+        *split,
+        **shape,
         BLOCK_V=plan.block_v,
         num_warps=plan.num_warps,
     )
@@ -244,22 +242,14 @@ def verify_chain(
         tokens,
         accepted,
         status,
-        part_max,
-        part_sum,
-        part_arg,
-        part_flag,
-        batch,
-        vocab,
-        plan.chunk,
-        plan.nsplit,
+        *partials,
+        *split,
         float(den),
-        K=k,
-        R=triton.next_power_of_2(rows),
+        **shape,
         S=support,
         S_P2=triton.next_power_of_2(max(support, _MIN_SLOT_AXIS)),
         Q_MODE=q_mode,
         NSPLIT_P2=nsplit_p2,
-        BLOCK_B=plan.block_b,
         BLOCK_F=block_f,
         num_warps=_NUM_WARPS,
     )

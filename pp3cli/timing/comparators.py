@@ -155,17 +155,6 @@ def check_chain(
     }
 
 
-def outputs_equal(first: object, second: object) -> bool:
-    """Bitwise equality of two outputs (tensors, or tuples of tensors)."""
-    if isinstance(first, torch.Tensor):
-        return isinstance(second, torch.Tensor) and bool(torch.equal(first, second))
-    if isinstance(first, tuple | list) and isinstance(second, tuple | list):
-        return len(first) == len(second) and all(
-            outputs_equal(a, b) for a, b in zip(first, second, strict=True)
-        )
-    return bool(first == second)
-
-
 @dataclass
 class Comparator:
     """A timed verifier: ``call(inputs)`` launches it; ``check`` judges its outputs.

@@ -10,10 +10,12 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pp3cli.timing.comparators import Comparator, ProbeInputs, outputs_equal
 from pp3cli.timing.summary import summarize
+
+if TYPE_CHECKING:
+    from pp3cli.timing.comparators import Comparator, ProbeInputs
 
 
 def time_replays(
@@ -87,6 +89,19 @@ def eager_rounds(calls: Sequence[Callable[[], Any]]) -> tuple[Callable[[], objec
 
 
 Capture = Callable[[Sequence[Callable[[], Any]]], tuple[Callable[[], object], list[Any]]]
+
+
+def outputs_equal(first: object, second: object) -> bool:
+    """Bitwise equality of two outputs (tensors, or tuples of tensors)."""
+    import torch
+
+    if isinstance(first, torch.Tensor):
+        return isinstance(second, torch.Tensor) and bool(torch.equal(first, second))
+    if isinstance(first, tuple | list) and isinstance(second, tuple | list):
+        return len(first) == len(second) and all(
+            outputs_equal(a, b) for a, b in zip(first, second, strict=True)
+        )
+    return bool(first == second)
 
 
 def _rounds(

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import torch
+from layout import assert_uniform_layout
 from scipy.stats import power_divergence
 
 from pp3kernels.contract import (
@@ -31,7 +32,7 @@ from pp3kernels.contract import (
 )
 from pp3kernels.drafts import point_mass_q, quantise_q, sample_drafts
 from pp3kernels.interface import ChainResult
-from pp3kernels.philox import acceptance_uniform, sample_uniform
+from pp3kernels.philox import sample_uniform
 from pp3kernels.reference import reference_verify_chain
 from pp3kernels.selector import LaunchPlan, plan_launch, verify_chain
 
@@ -1013,13 +1014,7 @@ def test_uniforms_come_from_seed_and_position_through_the_contract_counters() ->
         "denominator": denominator,
     }
     got = _kernel(args)
-    coin = acceptance_uniform(seeds, positions)
-    expect_accept = coin * counts_x.double() < denominator / vocab
-    assert 0 < int(expect_accept.sum()) < batch
-    assert got.accepted.tolist() == expect_accept.long().tolist()
-    accepted = expect_accept.nonzero().flatten()
-    bonus_u = sample_uniform(seeds[accepted], positions[accepted] + 1)
-    assert got.tokens[accepted, 1].tolist() == (bonus_u * vocab).floor().long().tolist()
+    assert_uniform_layout(got, seeds, positions, counts_x, denominator, vocab)
     # the batch index never enters: the same request at many batch indices, same tokens
     same = torch.zeros(batch, dtype=torch.long)
     replicated = _kernel(_select(args, same))
@@ -1059,6 +1054,20 @@ def _seeds_positions(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return seeds, positions
 
 
+def _target_args(
+    seeds: torch.Tensor, positions: torch.Tensor, drafts: torch.Tensor, **q: Any
+) -> Args:
+    """_N requests of the shared 3-row target at _TAU with these drafts and q."""
+    return {
+        "logits": _TARGET.view(1, 1, -1).expand(_N, 3, -1),
+        "draft_tokens": drafts,
+        "temperature": torch.full((_N,), _TAU),
+        "seed": seeds,
+        "position": positions,
+        **q,
+    }
+
+
 def _emitted_counts(args: Args, column: int) -> torch.Tensor:
     result = _kernel(args)
     assert bool((result.status == STATUS_OK).all())
@@ -1071,16 +1080,7 @@ def _point_mass_counts() -> torch.Tensor:
     generator = torch.Generator().manual_seed(97)
     drafts = torch.randint(0, 6, (_N, 2), generator=generator, dtype=torch.int32)
     q_ids, q_counts = point_mass_q(drafts, 8)
-    args: Args = {
-        "logits": _TARGET.view(1, 1, -1).expand(_N, 3, -1),
-        "draft_tokens": drafts,
-        "temperature": torch.full((_N,), _TAU),
-        "seed": seeds,
-        "position": positions,
-        "q_ids": q_ids,
-        "q_counts": q_counts,
-        "denominator": 8,
-    }
+    args = _target_args(seeds, positions, drafts, q_ids=q_ids, q_counts=q_counts, denominator=8)
     return _emitted_counts(args, 0)
 
 
@@ -1098,16 +1098,8 @@ def test_first_token_law_sparse_drafts_from_sample_drafts() -> None:
     probs = torch.tensor([0.0, 0.5, 0.25, 0.0, 0.25, 0.0]).expand(_N, 2, 6)  # includes p = 0
     q_ids, q_counts = quantise_q(probs, 64)
     assert q_ids.shape[-1] == 3
-    args: Args = {
-        "logits": _TARGET.view(1, 1, -1).expand(_N, 3, -1),
-        "draft_tokens": sample_drafts(q_ids, q_counts, 64, seeds, positions),
-        "temperature": torch.full((_N,), _TAU),
-        "seed": seeds,
-        "position": positions,
-        "q_ids": q_ids,
-        "q_counts": q_counts,
-        "denominator": 64,
-    }
+    drafts = sample_drafts(q_ids, q_counts, 64, seeds, positions)
+    args = _target_args(seeds, positions, drafts, q_ids=q_ids, q_counts=q_counts, denominator=64)
     assert _g_test_p_value(_emitted_counts(args, 0), _law()) > ALPHA
 
 
@@ -1116,27 +1108,15 @@ def test_first_token_law_dense_q() -> None:
     q_row = torch.tensor([0.1, 0.3, 0.1, 0.2, 0.1, 0.2])
     generator = torch.Generator().manual_seed(107)
     drafts = torch.multinomial(q_row, 2 * _N, replacement=True, generator=generator)
-    args: Args = {
-        "logits": _TARGET.view(1, 1, -1).expand(_N, 3, -1),
-        "draft_tokens": drafts.reshape(_N, 2).to(torch.int32),
-        "temperature": torch.full((_N,), _TAU),
-        "seed": seeds,
-        "position": positions,
-        "q_dense": q_row.expand(_N, 2, 6),
-    }
+    args = _target_args(
+        seeds, positions, drafts.reshape(_N, 2).to(torch.int32), q_dense=q_row.expand(_N, 2, 6)
+    )
     assert _g_test_p_value(_emitted_counts(args, 0), _law()) > ALPHA
 
 
 def test_first_token_law_invalidated_proposal() -> None:
     seeds, positions = _seeds_positions(109)
-    drafts = torch.full((_N, 2), -1, dtype=torch.int32)
-    args: Args = {
-        "logits": _TARGET.view(1, 1, -1).expand(_N, 3, -1),
-        "draft_tokens": drafts,
-        "temperature": torch.full((_N,), _TAU),
-        "seed": seeds,
-        "position": positions,
-    }
+    args = _target_args(seeds, positions, torch.full((_N, 2), -1, dtype=torch.int32))
     assert _g_test_p_value(_emitted_counts(args, 0), _law()) > ALPHA
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 from chain_rounding import EPSILON, rounding_distance
+from layout import assert_uniform_layout
 from scipy.stats import power_divergence
 
 from pp3kernels.contract import (
@@ -25,8 +26,6 @@ from pp3kernels.contract import (
 from pp3kernels.drafts import sample_drafts
 from pp3kernels.interface import ChainInputs, ChainResult
 from pp3kernels.philox import (
-    acceptance_uniform,
-    sample_uniform,
     torch_philox_kat,
     triton_philox_kat,
 )
@@ -291,14 +290,7 @@ def _uniform_layout(vocab: int, device: str) -> None:
         "q_counts": torch.stack([counts_x, denominator - counts_x], -1)[:, None, :].to(torch.int32),
         "denominator": denominator,
     }
-    got = verify_chain(**args)
-    coin = acceptance_uniform(seeds, positions)
-    expect_accept = coin * counts_x.double() < denominator / vocab
-    assert 0 < int(expect_accept.sum()) < batch
-    assert got.accepted.tolist() == expect_accept.long().tolist()
-    accepted = expect_accept.nonzero().flatten()
-    bonus_u = sample_uniform(seeds[accepted], positions[accepted] + 1)
-    assert got.tokens[accepted, 1].tolist() == (bonus_u * vocab).floor().long().tolist()
+    assert_uniform_layout(verify_chain(**args), seeds, positions, counts_x, denominator, vocab)
 
 
 def test_philox_counter_layout_in_the_kernel_at_large_vocabulary() -> None:
