@@ -33,7 +33,6 @@ from pp3kernels import (
 __all__ = ["CHECKS", "DENOMINATOR", "EdgeResult", "run_edge_battery"]
 
 DENOMINATOR = 1 << 16
-Verifier = ChainVerifier
 
 
 @dataclass(frozen=True)
@@ -50,7 +49,7 @@ class EdgeResult:
 
 
 def _call(
-    verifier: Verifier,
+    verifier: ChainVerifier,
     logits: torch.Tensor,
     drafts: torch.Tensor,
     tau: torch.Tensor,
@@ -100,7 +99,7 @@ def _same(a: ChainResult, b: ChainResult) -> bool:
 
 
 def check_sparse_full_target_tails(
-    verifier: Verifier, device: torch.device, seed: int
+    verifier: ChainVerifier, device: torch.device, seed: int
 ) -> EdgeResult:
     """Invalidated drafts emit from p = (497, 1 x 15) / 512: every tail token must appear.
 
@@ -126,7 +125,7 @@ def check_sparse_full_target_tails(
     return EdgeResult("sparse_full_target_tails", passed, detail)
 
 
-def check_disjoint_support(verifier: Verifier, device: torch.device, seed: int) -> EdgeResult:
+def check_disjoint_support(verifier: ChainVerifier, device: torch.device, seed: int) -> EdgeResult:
     """Drafts from q on {4, 5} while p lives on {0..3}: never accepted, emit inside supp p."""
     n, k, vocab = 4096, 2, 8
     logits = _dyadic_logits([[4, 2, 1, 1, 0, 0, 0, 0]] * (k + 1), device)
@@ -153,7 +152,7 @@ def _uniform_exact(n: int, k: int, device: torch.device) -> torch.Tensor:
     return torch.tensor([row] * (k + 1), dtype=torch.float32, device=device).expand(n, k + 1, 8)
 
 
-def check_equal_q(verifier: Verifier, device: torch.device, seed: int) -> EdgeResult:
+def check_equal_q(verifier: ChainVerifier, device: torch.device, seed: int) -> EdgeResult:
     """q = p (uniform on 4 tokens, exact in fp32): every draft is accepted, bonus in supp p."""
     n, k = 4096, 3
     logits = _uniform_exact(n, k, device)
@@ -173,7 +172,9 @@ def check_equal_q(verifier: Verifier, device: torch.device, seed: int) -> EdgeRe
     return EdgeResult("equal_q", passed, detail)
 
 
-def check_invalidated_proposals(verifier: Verifier, device: torch.device, seed: int) -> EdgeResult:
+def check_invalidated_proposals(
+    verifier: ChainVerifier, device: torch.device, seed: int
+) -> EdgeResult:
     """q = p on row 0, draft row 1 = -1: accepted is exactly 1, token 1 from p_1, then -1."""
     n, k = 4096, 3
     logits = _uniform_exact(n, k, device)
@@ -199,7 +200,7 @@ def check_invalidated_proposals(verifier: Verifier, device: torch.device, seed: 
 
 def _t0_check(
     name: str,
-    verifier: Verifier,
+    verifier: ChainVerifier,
     device: torch.device,
     seed: int,
     logits: np.ndarray,
@@ -228,7 +229,7 @@ def _t0_check(
     return EdgeResult(name, len(rows) == 0, detail)
 
 
-def check_id_ties(verifier: Verifier, device: torch.device, seed: int) -> EdgeResult:
+def check_id_ties(verifier: ChainVerifier, device: torch.device, seed: int) -> EdgeResult:
     """T0 rows whose maximum is tied between several ids: the lowest id must win."""
     rng = np.random.default_rng([seed, 1])
     n, k, vocab = 2048, 3, 16
@@ -239,7 +240,7 @@ def check_id_ties(verifier: Verifier, device: torch.device, seed: int) -> EdgeRe
     return _t0_check("id_ties", verifier, device, seed, logits, drafts)
 
 
-def check_signed_zero(verifier: Verifier, device: torch.device, seed: int) -> EdgeResult:
+def check_signed_zero(verifier: ChainVerifier, device: torch.device, seed: int) -> EdgeResult:
     """T0 rows whose maximum is 0 held as -0.0 and +0.0: -0.0 == +0.0, lowest id wins."""
     rng = np.random.default_rng([seed, 2])
     n, k, vocab = 2048, 3, 16
@@ -254,7 +255,7 @@ def check_signed_zero(verifier: Verifier, device: torch.device, seed: int) -> Ed
     return _t0_check("signed_zero", verifier, device, seed, logits, drafts.astype(np.int32))
 
 
-def check_tau_zero(verifier: Verifier, device: torch.device, seed: int) -> EdgeResult:
+def check_tau_zero(verifier: ChainVerifier, device: torch.device, seed: int) -> EdgeResult:
     """tau = 0 is greedy, draws nothing: the greedy path, the same under another seed."""
     rng = np.random.default_rng([seed, 3])
     n, k, vocab = 2048, 4, 16
@@ -269,7 +270,9 @@ def check_tau_zero(verifier: Verifier, device: torch.device, seed: int) -> EdgeR
     )
 
 
-def check_request_permutation(verifier: Verifier, device: torch.device, seed: int) -> EdgeResult:
+def check_request_permutation(
+    verifier: ChainVerifier, device: torch.device, seed: int
+) -> EdgeResult:
     """Permuting requests permutes outputs bit for bit; a request alone gives the same tokens."""
     rng = np.random.default_rng([seed, 4])
     n, k, vocab = 1024, 4, 16
@@ -298,7 +301,7 @@ def _poison_check(
     name: str,
     status: int,
     poison: Callable[[torch.Tensor], None],
-    verifier: Verifier,
+    verifier: ChainVerifier,
     device: torch.device,
     seed: int,
 ) -> EdgeResult:
@@ -354,24 +357,24 @@ def _set_all_masked(x: torch.Tensor) -> None:
     x[101, 1, :] = -math.inf
 
 
-def check_nan_logits(verifier: Verifier, device: torch.device, seed: int) -> EdgeResult:
+def check_nan_logits(verifier: ChainVerifier, device: torch.device, seed: int) -> EdgeResult:
     """A NaN in any row a request owns: status NAN, nothing emitted, neighbours unchanged."""
     return _poison_check("nan_logits", STATUS_NAN, _set_nan, verifier, device, seed)
 
 
-def check_posinf_logits(verifier: Verifier, device: torch.device, seed: int) -> EdgeResult:
+def check_posinf_logits(verifier: ChainVerifier, device: torch.device, seed: int) -> EdgeResult:
     """A +inf in any row: status POSINF, nothing emitted, neighbours unchanged."""
     return _poison_check("posinf_logits", STATUS_POSINF, _set_posinf, verifier, device, seed)
 
 
-def check_all_masked_logits(verifier: Verifier, device: torch.device, seed: int) -> EdgeResult:
+def check_all_masked_logits(verifier: ChainVerifier, device: torch.device, seed: int) -> EdgeResult:
     """A row of only -inf: status ALL_MASKED, nothing emitted, neighbours unchanged."""
     return _poison_check(
         "all_masked_logits", STATUS_ALL_MASKED, _set_all_masked, verifier, device, seed
     )
 
 
-CHECKS: tuple[Callable[[Verifier, torch.device, int], EdgeResult], ...] = (
+CHECKS: tuple[Callable[[ChainVerifier, torch.device, int], EdgeResult], ...] = (
     check_sparse_full_target_tails,
     check_disjoint_support,
     check_equal_q,
@@ -387,7 +390,7 @@ CHECKS: tuple[Callable[[Verifier, torch.device, int], EdgeResult], ...] = (
 
 
 def run_edge_battery(
-    verifier: Verifier, *, device: torch.device | str, seed: int
+    verifier: ChainVerifier, *, device: torch.device | str, seed: int
 ) -> list[EdgeResult]:
     """Run every check; an exception inside a check is a failed check naming the error."""
     dev = torch.device(device)
