@@ -14,7 +14,10 @@
 # Receipts and the manifest are copied to $OUT; the Triton cache is returned as a tarball
 # (TRITON_CACHE_DIR lives in the repository, git-ignored; carry .triton-cache.tgz, the
 # tarball an earlier call returned, and compiled kernels of unchanged source are reused).
+# The device machine's .git is the session's starting copy, not this tree's: carry a copy
+# (`cp -r .git .gitcopy`, listed in .git/info/exclude) so receipts record the right commit.
 set -o pipefail
+[ -d .gitcopy ] && export GIT_DIR=$PWD/.gitcopy GIT_WORK_TREE=$PWD
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
