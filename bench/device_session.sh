@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call of evidence, from the repository root on the GPU machine:
 #   bash bench/device_session.sh STAGE [ARGS] [then STAGE [ARGS]]...
-#   (carry [".whl", ".overlay", ".base", ".triton-cache.tgz"]); e.g. `pytest then qualify`
+#   (carry [".whl", ".overlay", ".base", ".gitcopy", ".triton-cache.tgz"]); e.g. `pytest then qualify`
 # Stages, run in the order given, each time-boxed, all output logged to $OUT/session.log;
 # each stage's ARGS (the words up to the next "then") go to its command:
 #   tests    pytest -m gpu ARGS in the background, beside the next stages
