@@ -47,7 +47,9 @@ _chain_finish_kernel: Launchable = chain_finish_kernel
 # ---- Plan constants. Interpreter: every program instance costs a second or more and numpy
 # on a big tile is cheap, so few programs with big tiles.
 _INTERP_MAX_BLOCK_V = 1024  # tokens per tile (the whole row when V <= 1024)
-_INTERP_TILE_ELEMENTS = 1 << 20  # block_b * R * block_v at most
+# Triton's per-tensor element limit (TRITON_MAX_TENSOR_NUMEL): every tile of either kernel,
+# for all block_b requests of a program, stays within it (see _tile_elements_per_request).
+_INTERP_TILE_ELEMENTS = 1 << 20
 _INTERP_MAX_BLOCK_B = 8192  # requests per program
 # GPU, small vocabularies (qualification targets, V <= 1024): one request per program and
 # one split of _SMALL_VOCAB tokens; tiles of at least 16 lanes.
@@ -57,18 +59,33 @@ _SMALL_MIN_BLOCK_V = 16
 # 2048 tokens (64 splits) with [R, 256] tiles and 4 warps beat 8, 32 and 127 splits for
 # B = 1, 4 and 64. Phase-1 tiles hold R * block_v = 2048 elements (block_v >= 64); past
 # 256 * 2048 tokens the chunks grow in whole draw tiles instead of the split count.
+# The phase-1 tile and warps by batch (bench/NOTES.md, "plans measured beside the default"):
+# from B = 16 on, [R, 1024 / R] tiles with 4 warps (B64: 133 -> 97 us sampled, 63 -> 49 us
+# greedy); below, [R, 2048 / R] tiles with 8 warps (B4 sampled: 17.4 -> 15.6 us, L2-warm).
 _CHUNK = 2048
 _MAX_SPLITS = 256
+_LARGE_BATCH = 16
+_TILE_ELEMENTS_LARGE_BATCH = 1024
+_NUM_WARPS_LARGE_BATCH = 4
 _TILE_ELEMENTS = 2048
+_NUM_WARPS_SMALL_BATCH = 8
 _MIN_BLOCK_V = 64
 _DRAW_TILE = 1024  # block_f: tokens per tile of the final draw (phase 2)
-_NUM_WARPS = 4  # every plan, and the finish launch
+_NUM_WARPS = 4  # interpreter and small-vocabulary plans, and every finish launch
 # Phase 2 pads its chunk axis to a power of two of at least 8: Triton 3.6 fails to lower the
 # fp64 cumulative sum over that axis on sm_90 when it is too short (a ScanOpToLLVM assertion
 # seen on the H200 below 8; a one-wide axis does not even compile). The q-slot axis is
 # padded to at least 2. Padded entries are masked: they load nothing and weigh 0.
 _MIN_SPLIT_AXIS = 8
 _MIN_SLOT_AXIS = 2
+# The finish kernel checks q's support for duplicates pairwise up to this many padded slots
+# (jit/chain.py, _MAX_PAIRWISE_SLOTS): an [R, S_P2, S_P2] tile per request.
+_MAX_PAIRWISE_SLOTS = 16
+
+
+def _prev_power_of_2(n: int) -> int:
+    """The largest power of two <= n (n >= 1); 1 for n < 1."""
+    return 1 << (max(n, 1).bit_length() - 1)
 
 
 @dataclass(frozen=True)
@@ -88,11 +105,37 @@ class LaunchPlan:
     block_f: int = 0  # 0: same as block_v
 
 
-def plan_launch(batch: int, rows: int, vocab: int, *, interpreter: bool) -> LaunchPlan:
-    """Pick the launch shape.
+def slot_axis(support: int) -> int:
+    """The finish kernel's padded q-slot axis S_P2 for S support slots (at least 2)."""
+    return int(triton.next_power_of_2(max(support, _MIN_SLOT_AXIS)))
 
-    Interpreter: one split and up to 8192 requests per program, tiles of up to 2^20 elements
-    (each program instance costs a second or more; numpy on a big tile is cheap). Small
+
+def split_axis(nsplit: int) -> int:
+    """The finish kernel's padded chunk axis NSPLIT_P2 for ``nsplit`` splits (at least 8)."""
+    return max(_MIN_SPLIT_AXIS, int(triton.next_power_of_2(nsplit)))
+
+
+def _tile_elements_per_request(r: int, block_v: int, support: int, nsplit: int) -> int:
+    """The largest tile either kernel holds, per request of a program (R = r rows).
+
+    Phase 1: [R, block_v]. Phase 2: the partials [R, NSPLIT_P2]; sparse q's slots
+    [R, S_P2] and, for S_P2 <= 16, the pairwise duplicate check [R, S_P2, S_P2]; the
+    support's chunk membership [S_P2, NSPLIT_P2]; the draw tiles [block_f = block_v].
+    """
+    s_p2 = slot_axis(support)
+    pairwise = s_p2 if s_p2 <= _MAX_PAIRWISE_SLOTS else 1
+    n_p2 = split_axis(nsplit)
+    return max(r * block_v, r * n_p2, r * s_p2 * pairwise, s_p2 * n_p2)
+
+
+def plan_launch(
+    batch: int, rows: int, vocab: int, *, interpreter: bool, support: int = 1
+) -> LaunchPlan:
+    """Pick the launch shape (``support``: q's slots S for sparse q, else 1).
+
+    Interpreter: one split and up to 8192 requests per program, every tile within Triton's
+    2^20-element limit for the given rows and support (each program instance costs a second
+    or more; numpy on a big tile is cheap). Small
     vocabularies on a GPU: one request per program, one split (row tiles of many requests hit
     a scan-lowering assertion in Triton 3.6 on sm_90). Large vocabularies on a GPU: one request
     per program (all its rows in one tile) and many vocabulary splits per request, so that
@@ -101,11 +144,12 @@ def plan_launch(batch: int, rows: int, vocab: int, *, interpreter: bool) -> Laun
     r = triton.next_power_of_2(rows)
     if interpreter:
         block_v = triton.next_power_of_2(min(vocab, _INTERP_MAX_BLOCK_V))
+        per_request = _tile_elements_per_request(r, block_v, support, 1)
         block_b = max(
             1,
             min(
                 triton.next_power_of_2(batch),
-                _INTERP_TILE_ELEMENTS // (block_v * r),
+                _prev_power_of_2(_INTERP_TILE_ELEMENTS // per_request),
                 _INTERP_MAX_BLOCK_B,
             ),
         )
@@ -114,10 +158,14 @@ def plan_launch(batch: int, rows: int, vocab: int, *, interpreter: bool) -> Laun
     if vocab <= _SMALL_VOCAB:
         block_v = max(_SMALL_MIN_BLOCK_V, triton.next_power_of_2(vocab))
         return LaunchPlan(1, block_v, 1, _SMALL_VOCAB, _NUM_WARPS, _DRAW_TILE)
-    block_v = max(_MIN_BLOCK_V, _TILE_ELEMENTS // r)
+    if batch >= _LARGE_BATCH:
+        tile, warps = _TILE_ELEMENTS_LARGE_BATCH, _NUM_WARPS_LARGE_BATCH
+    else:
+        tile, warps = _TILE_ELEMENTS, _NUM_WARPS_SMALL_BATCH
+    block_v = max(_MIN_BLOCK_V, tile // r)
     chunk = max(_CHUNK, triton.cdiv(triton.cdiv(vocab, _MAX_SPLITS), _DRAW_TILE) * _DRAW_TILE)
     nsplit = triton.cdiv(vocab, chunk)
-    return LaunchPlan(1, block_v, nsplit, chunk, _NUM_WARPS, _DRAW_TILE)
+    return LaunchPlan(1, block_v, nsplit, chunk, warps, _DRAW_TILE)
 
 
 def verify_chain(
@@ -167,9 +215,12 @@ def verify_chain(
     status = torch.empty((batch,), dtype=torch.int8, device=device)
     if batch == 0:
         return ChainResult(tokens, accepted, status)
+    support = q_ids.shape[2] if q_dense is None and q_ids is not None else 1
     if plan is None:
-        plan = plan_launch(batch, rows, vocab, interpreter=is_interpreter() or not logits.is_cuda)
-    nsplit_p2 = max(_MIN_SPLIT_AXIS, triton.next_power_of_2(plan.nsplit))
+        plan = plan_launch(
+            batch, rows, vocab, interpreter=is_interpreter() or not logits.is_cuda, support=support
+        )
+    nsplit_p2 = split_axis(plan.nsplit)
     block_f = plan.block_f or plan.block_v
     if plan.chunk % plan.block_v or plan.chunk % block_f:
         raise ValueError(f"{plan}: chunk must be a multiple of block_v and block_f")
@@ -247,7 +298,7 @@ def verify_chain(
         float(den),
         **shape,
         S=support,
-        S_P2=triton.next_power_of_2(max(support, _MIN_SLOT_AXIS)),
+        S_P2=slot_axis(support),
         Q_MODE=q_mode,
         NSPLIT_P2=nsplit_p2,
         BLOCK_F=block_f,

@@ -1151,20 +1151,54 @@ def test_interpreter_plan_is_one_split() -> None:
     assert plan.nsplit == 1 and plan.block_b == 128 and plan.chunk == 1024
 
 
+# (batch, drafts, vocab, support, denominator, greedy_share): shapes whose finish-kernel
+# tiles broke Triton's 2^20-element limit in the interpreter before plan_launch counted the
+# q-slot tiles (the [R, S_P2, S_P2] duplicate check for S <= 16, [R, S_P2] beyond): S = 16
+# and S = 8 at batches the old plan put into one program, and the largest supported shape,
+# K = 15 with S = 4096 (all greedy there: the sampled walk over 4096 slots costs minutes in
+# the interpreter; its tiles are the [R, S_P2] ones checked here).
+_NUMEL_CASES = [
+    (1024, 5, 32, 16, 1024, 0.25),
+    (4096, 5, 32, 8, 1024, 0.25),
+    (32, 15, 4100, 4096, 1 << 16, 1.0),
+]
+
+
+@pytest.mark.parametrize("case", _NUMEL_CASES, ids=str)
+def test_interpreter_plan_respects_tritons_tile_limit(
+    case: tuple[int, int, int, int, int, float],
+) -> None:
+    batch, drafts, vocab, support, denominator, greedy_share = case
+    args = _make(
+        batch=batch,
+        drafts=drafts,
+        vocab=vocab,
+        seed=batch + support,
+        support=support,
+        denominator=denominator,
+        greedy_share=greedy_share,
+        mask_share=0.0 if support > vocab // 4 else 0.15,
+    )
+    assert args["q_ids"].shape[2] == support
+    _assert_same(_kernel(args), _reference(args), args)
+
+
 # (batch, rows, vocab, interpreter) -> (block_b, block_v, nsplit, chunk, num_warps, block_f):
 # the launch shapes measured on the H200 (bench/NOTES.md) and the interpreter's, pinned so
 # that a refactor of plan_launch cannot change them unnoticed.
 PINNED_PLANS: dict[tuple[int, int, int, bool], tuple[int, int, int, int, int, int]] = {
-    (1, 6, 129_280, False): (1, 256, 64, 2048, 4, 1024),
-    (64, 6, 129_280, False): (1, 256, 64, 2048, 4, 1024),
-    (4, 2, 129_280, False): (1, 1024, 64, 2048, 4, 1024),
-    (4, 1, 129_280, False): (1, 2048, 64, 2048, 4, 1024),
-    (4, 33, 129_280, False): (1, 64, 64, 2048, 4, 1024),
+    (1, 6, 129_280, False): (1, 256, 64, 2048, 8, 1024),
+    (64, 6, 129_280, False): (1, 128, 64, 2048, 4, 1024),
+    (16, 6, 129_280, False): (1, 128, 64, 2048, 4, 1024),
+    (15, 6, 129_280, False): (1, 256, 64, 2048, 8, 1024),
+    (4, 2, 129_280, False): (1, 1024, 64, 2048, 8, 1024),
+    (4, 1, 129_280, False): (1, 2048, 64, 2048, 8, 1024),
+    (4, 33, 129_280, False): (1, 64, 64, 2048, 8, 1024),
     (4, 6, 1000, False): (1, 1024, 1, 1024, 4, 1024),
     (4, 6, 5, False): (1, 16, 1, 1024, 4, 1024),
-    (4, 6, 1025, False): (1, 256, 1, 2048, 4, 1024),
-    (4, 6, 600_000, False): (1, 256, 196, 3072, 4, 1024),
-    (4, 6, 2_000_000, False): (1, 256, 245, 8192, 4, 1024),
+    (4, 6, 1025, False): (1, 256, 1, 2048, 8, 1024),
+    (4, 6, 600_000, False): (1, 256, 196, 3072, 8, 1024),
+    (4, 6, 2_000_000, False): (1, 256, 245, 8192, 8, 1024),
     (1, 1, 1, True): (1, 1, 1, 1, 4, 1),
     (20_000, 3, 6, True): (8192, 8, 1, 8, 4, 8),
     (128, 3, 1000, True): (128, 1024, 1, 1024, 4, 1024),

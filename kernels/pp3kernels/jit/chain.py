@@ -85,6 +85,12 @@ _FLAG_POSINF = tl.constexpr(2)
 # every chunk mass from the partials carries anyway. (One-chunk rows always rescan.)
 _RESCAN_BELOW = tl.constexpr(2.0**-18)
 
+# Loop bounds are compile-time constants (CHUNK, NSPLIT_P2, S), never values computed from
+# program ids or runtime arguments: Triton 3.6's interpreter turns a runtime bound into a
+# Python int through a one-element numpy array, which numpy >= 2.4 refuses ("only
+# 0-dimensional arrays can be converted to Python scalars"; triton-lang/triton#9171).
+# Masks cover the tail of the last chunk.
+
 # The in-kernel duplicate-support check compares every pair of slots ([.., S_P2, S_P2]
 # tiles): done for up to 16 slots, where it is cheap; host validation checks every S.
 _MAX_PAIRWISE_SLOTS = tl.constexpr(16)
@@ -183,7 +189,7 @@ def chain_stats_kernel(
     part_flag_ptr,
     B,
     V,
-    chunk,
+    CHUNK: tl.constexpr,
     NSPLIT,
     K: tl.constexpr,
     R: tl.constexpr,
@@ -212,9 +218,8 @@ def chain_stats_kernel(
     t1_r, inv_tau_r = _temperature(tau_r)
     row_off = req64 * stride_lb + row.to(tl.int64) * stride_lk
     lane = tl.arange(0, BLOCK_V)
-    chunk_start = pid_s * chunk
-    chunk_end = tl.minimum(chunk_start + chunk, V)
-    chunk_len = chunk_end - chunk_start
+    chunk_start = pid_s * CHUNK
+    chunk_end = tl.minimum(chunk_start + CHUNK, V)
     any_t1 = tl.max((t1_r & mask_r).to(tl.int32), axis=0)
     any_t0 = tl.max((~t1_r & mask_r).to(tl.int32), axis=0)
     run_max = tl.full([BLOCK_R, BLOCK_V], float("-inf"), dtype=tl.float32)
@@ -225,7 +230,7 @@ def chain_stats_kernel(
         # Sampled rows: running max and sum of exp((x - m)/tau) with ONE exponential per
         # element (the side that lost is scaled by exp(-|x - m|/tau)); argmax only if the
         # tile also holds greedy rows.
-        for v0 in range(0, chunk_len, 2 * BLOCK_V):
+        for v0 in range(0, CHUNK, 2 * BLOCK_V):
             # Two tiles in flight per step: both loads are issued before either is used.
             offs_a = chunk_start + v0 + lane
             offs_b = offs_a + BLOCK_V
@@ -239,7 +244,7 @@ def chain_stats_kernel(
             )
     else:
         # Greedy rows only: max and first argmax per lane, nothing else.
-        for v0 in range(0, chunk_len, 2 * BLOCK_V):
+        for v0 in range(0, CHUNK, 2 * BLOCK_V):
             offs_a = chunk_start + v0 + lane
             offs_b = offs_a + BLOCK_V
             x_a = _load_tile(logits_ptr, row_off, offs_a, mask_r, chunk_end, stride_lv)
@@ -414,7 +419,7 @@ def _chunk_walk(
     resid,
     live,
     chunk_start,
-    chunk,
+    CHUNK: tl.constexpr,
     V,
     target,
     Q_MODE: tl.constexpr,
@@ -430,14 +435,14 @@ def _chunk_walk(
     inside one tile then finishes the draw (``_tile_pick``). An exact rescan of the chunk's
     mass is the same walk with target = +inf, so the mass and the draw share their sums.
     """
-    chunk_end = tl.minimum(chunk_start + chunk, V)
+    chunk_end = tl.minimum(chunk_start + CHUNK, V)
     carry = tl.zeros([BLOCK_B], dtype=tl.float64)
     hit_tile = tl.full([BLOCK_B], -1, dtype=tl.int32)
     hit_before = tl.zeros([BLOCK_B], dtype=tl.float64)
     last_tile = tl.full([BLOCK_B], -1, dtype=tl.int32)
     last_before = tl.zeros([BLOCK_B], dtype=tl.float64)
     lane = tl.arange(0, BLOCK_F)
-    for v0 in range(0, chunk, BLOCK_F):
+    for v0 in range(0, CHUNK, BLOCK_F):
         offs_v = chunk_start[:, None] + v0 + lane[None, :]
         mask_v = (offs_v < chunk_end[:, None]) & live[:, None]
         w = _row_weights(row, q, resid, offs_v, mask_v, Q_MODE, S)
@@ -550,9 +555,9 @@ def _rescan_chunks(
     rescan,
     mass,
     splits,
-    chunk,
+    chunk: tl.constexpr,
     V,
-    NSPLIT,
+    NSPLIT_P2: tl.constexpr,
     Q_MODE: tl.constexpr,
     S: tl.constexpr,
     BLOCK_B: tl.constexpr,
@@ -561,7 +566,7 @@ def _rescan_chunks(
     """``mass`` with every chunk marked in ``rescan`` replaced by its exact residual total:
     one ``_chunk_walk`` per chunk that some request needs, the very sums the draw will use."""
     if tl.max(tl.max(rescan.to(tl.int32), axis=1), axis=0) > 0:
-        for c in range(NSPLIT):
+        for c in range(NSPLIT_P2):  # padded chunks (c >= NSPLIT) never rescan
             rescan_c = tl.max(tl.where(splits[None, :] == c, rescan, 0), axis=1) != 0
             if tl.max(rescan_c.to(tl.int32), axis=0) > 0:
                 total, _t, _b = _chunk_walk(
@@ -628,7 +633,7 @@ def _draw_in_chunk(
     need_sample,
     pick,
     inner,
-    chunk,
+    chunk: tl.constexpr,
     V,
     Q_MODE: tl.constexpr,
     S: tl.constexpr,
@@ -674,7 +679,7 @@ def chain_finish_kernel(
     part_flag_ptr,
     B,
     V,
-    chunk,
+    CHUNK: tl.constexpr,
     NSPLIT,
     denominator_f,
     K: tl.constexpr,
@@ -787,7 +792,7 @@ def chain_finish_kernel(
     final = tl.sum(tl.where(at_stop, greedy, 0), axis=1)
     final = tl.where(is_t1, _NO_TOKEN, final)
 
-    # ---- 3. T1: draw the stop row's token: a chunk by inverse CDF, a tile, then a token.
+    # ---- 3. T1: draw the stop row's token: a CHUNK by inverse CDF, a tile, then a token.
     need_sample = mask_b & is_t1 & (status == _STATUS_OK)
     if tl.max(need_sample.to(tl.int32), axis=0) > 0:
         resid = resid & need_sample
@@ -800,15 +805,15 @@ def chain_finish_kernel(
         mass = full_mass
         if Q_MODE == _Q_SPARSE:
             mass, rescan = _support_corrections(
-                row, q, resid, full_mass, splits, chunk, V, NSPLIT, S, S_P2
+                row, q, resid, full_mass, splits, CHUNK, V, NSPLIT, S, S_P2
             )
         elif Q_MODE == _Q_DENSE:
-            # Dense q changes every weight of a rejected row: every chunk is rescanned.
+            # Dense q changes every weight of a rejected row: every CHUNK is rescanned.
             rescan = resid[:, None] & split_ok[None, :]
         else:
             rescan = tl.zeros([BLOCK_B, NSPLIT_P2], dtype=tl.int1)
         mass = _rescan_chunks(
-            row, q, resid, rescan, mass, splits, chunk, V, NSPLIT, Q_MODE, S, BLOCK_B, BLOCK_F
+            row, q, resid, rescan, mass, splits, CHUNK, V, NSPLIT_P2, Q_MODE, S, BLOCK_B, BLOCK_F
         )
         pick, inner, resid = _pick_chunk(
             mass,
@@ -823,7 +828,7 @@ def chain_finish_kernel(
             NSPLIT_P2,
         )
         chosen = _draw_in_chunk(
-            row, q, resid, need_sample, pick, inner, chunk, V, Q_MODE, S, BLOCK_B, BLOCK_F
+            row, q, resid, need_sample, pick, inner, CHUNK, V, Q_MODE, S, BLOCK_B, BLOCK_F
         )
         final = tl.where(need_sample, chosen, final)
 
