@@ -12,6 +12,9 @@ from pp3cli.cli.options import RunOptions, settings_of, with_run_options
 from pp3cli.cli.receipted import Finding, run_receipted
 from pp3cli.run.errors import UsageProblem
 from pp3cli.timing.cases import (
+    COMPARATORS,
+    DEFAULT_BATCHES,
+    DEFAULT_COMPARATORS,
     DEFAULT_VOCAB,
     NOMINAL_COPY_BANDWIDTH,
     ProbeCase,
@@ -57,16 +60,17 @@ def results_table(data: dict[str, Any]) -> Table:
 
     from pp3cli.timing.summary import median_or_none
 
-    names = ("selector", "argmax", "reference", "vllm")
+    names = COMPARATORS
     bandwidth = data["copy_bandwidth_bytes_per_s"] / 1e12
     table = Table(title=f"pp3 probe: median µs per call (copy {bandwidth:.2f} TB/s)")
     table.add_column("case")
-    for column in (*names, "floor", "sel/argmax", "sel/vllm", "sel/floor", "sel TB/s"):
+    for column in (*names, "floor", "sel/argmax", "sel/vllm", "sel/floor", "sel TB/s", "sel MiB"):
         table.add_column(column, justify="right")
     for case in data["cases"]:
         medians = [median_or_none(case["comparators"].get(name, {})) for name in names]
         selector = medians[0]
         achieved = None if not selector else case["bytes_read"] / (selector * 1e-6) / 1e12
+        peak = case["comparators"].get("selector", {}).get("peak_extra_bytes")
         ratios = case["ratios"]
         table.add_row(
             case["name"],
@@ -76,6 +80,7 @@ def results_table(data: dict[str, Any]) -> Table:
             _fmt(ratios["selector/vllm"], 2),
             _fmt(ratios["selector/floor"], 2),
             _fmt(achieved, 2),
+            _fmt(None if peak is None else peak / (1 << 20), 1),
         )
     return table
 
@@ -85,7 +90,9 @@ def probe_command(
     ctx: typer.Context,
     *,
     run: RunOptions,
-    batch: Annotated[str, typer.Option("--batch", help="Batch sizes B.")] = "1,2,3,4,16,64",
+    batch: Annotated[str, typer.Option("--batch", help="Batch sizes B.")] = ",".join(
+        map(str, DEFAULT_BATCHES)
+    ),
     depth: Annotated[str, typer.Option("--depth", help="Draft depths K.")] = "4,5",
     vocab: Annotated[int, typer.Option("--vocab", help="Vocabulary V.")] = DEFAULT_VOCAB,
     dtype: Annotated[str, typer.Option("--dtype", help="bf16, fp16 or fp32 logits.")] = "bf16",
@@ -126,11 +133,19 @@ def probe_command(
     require_vllm: Annotated[
         bool, typer.Option("--require-vllm", help="Exit 3 if the vLLM comparator is missing.")
     ] = False,
+    comparators: Annotated[
+        str,
+        typer.Option(
+            "--comparators",
+            help="Which comparators run: selector, argmax, vllm, reference (the eager torch "
+            "reference costs tens of seconds per case).",
+        ),
+    ] = ",".join(DEFAULT_COMPARATORS),
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Validate and list the cases; run nothing.")
     ] = False,
 ) -> None:
-    """Time the selector against torch argmax, the torch reference and vLLM MRV2.
+    """Time the selector against torch argmax, vLLM MRV2 and (asked for) the torch reference.
 
     Exit codes: 0 every correctness check passed, 1 one failed (the receipt is still
     written), 2 bad options, 3 no GPU / lock held / power limit not as expected.
@@ -151,6 +166,7 @@ def probe_command(
         seed=seed,
         rotate_inputs=rotate,
         require_vllm=require_vllm,
+        comparators=parse_name_list(comparators),
     )
     cases = build_cases(config)
     if copy_mib < 1:

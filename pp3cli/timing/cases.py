@@ -15,13 +15,16 @@ from pp3cli.run.errors import UsageProblem
 
 Number = TypeVar("Number", int, float)
 
-DEFAULT_BATCHES = (1, 2, 3, 4, 16, 64)
+DEFAULT_BATCHES = (1, 2, 3, 4, 16, 64, 256, 1024)
 DEFAULT_DEPTHS = (4, 5)
 DEFAULT_VOCAB = 129280
 DEFAULT_T0_SHARES = (0.0, 0.5, 1.0)
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 DRAFT_KINDS = ("point", "sparse", "dense")
 COMPARATORS = ("selector", "argmax", "reference", "vllm")
+# The eager torch reference costs ~30 ms a call at V = 129280 (tens of seconds of wall time
+# per case): a sanity anchor, run only when asked for (``--comparators``).
+DEFAULT_COMPARATORS = ("selector", "argmax", "vllm")
 LOGIT_SCALE = 4.0
 POINT_DENOMINATOR = 1 << 16
 SPARSE_COUNT = 1 << 10  # each of the S support ids gets this count; C = S * 1024
@@ -52,6 +55,7 @@ class ProbeConfig:
     seed: int = 0
     rotate_inputs: bool = True
     require_vllm: bool = False
+    comparators: tuple[str, ...] = DEFAULT_COMPARATORS
 
     def validate(self) -> None:
         """Raise ``UsageProblem`` naming the first bad value."""
@@ -76,6 +80,14 @@ class ProbeConfig:
             )
         if math.gcd(SUPPORT_STRIDE, self.vocab) != 1 and needs_support:
             raise UsageProblem(f"--vocab {self.vocab} shares a factor with {SUPPORT_STRIDE}")
+        unknown = [c for c in self.comparators if c not in COMPARATORS]
+        if not self.comparators or unknown or len(set(self.comparators)) != len(self.comparators):
+            raise UsageProblem(
+                f"--comparators takes distinct names from {', '.join(COMPARATORS)}; "
+                f"got {list(self.comparators)}"
+            )
+        if self.require_vllm and "vllm" not in self.comparators:
+            raise UsageProblem("--require-vllm needs vllm among --comparators")
         for name, value, low in (
             ("--rounds", self.rounds, 1),
             ("--warmup", self.warmup, 0),

@@ -16,7 +16,7 @@ S - 1 others); dense drafts are the same law as a [B, K, V] fp32 q.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ import torch
 from pp3cli.evidence.greedy import greedy_path
 from pp3cli.run.errors import EnvironmentProblem
 from pp3cli.timing.cases import (
+    COMPARATORS,
     LOGIT_SCALE,
     POINT_DENOMINATOR,
     SPARSE_COUNT,
@@ -249,21 +250,28 @@ def vllm_comparator(rejection_sample: Callable[..., Any], note: str) -> Comparat
 
 
 def load_comparators(
-    overlay_dir: Path | None, *, require_vllm: bool
+    overlay_dir: Path | None, *, require_vllm: bool, names: Sequence[str] = COMPARATORS
 ) -> tuple[list[Comparator], dict[str, str]]:
-    """Available comparators and, for the others, why not ("not available: <reason>")."""
-    comparators = [selector_comparator(), argmax_comparator(), reference_comparator()]
+    """The comparators ``names`` that are available and, for the others, why not
+    ("not available: <reason>"); in the order of ``COMPARATORS``."""
+    makers = {
+        "selector": selector_comparator,
+        "argmax": argmax_comparator,
+        "reference": reference_comparator,
+    }
+    comparators = [makers[name]() for name in COMPARATORS if name in names and name in makers]
     missing: dict[str, str] = {}
-    if overlay_dir is None:
-        missing["vllm"] = "not available: no overlay (run `pp3 overlay fetch`)"
-    else:
-        from pp3cli.verifiers.overlay import load_vllm_rejection_sample
+    if "vllm" in names:
+        if overlay_dir is None:
+            missing["vllm"] = "not available: no overlay (run `pp3 overlay fetch`)"
+        else:
+            from pp3cli.verifiers.overlay import load_vllm_rejection_sample
 
-        try:
-            function = load_vllm_rejection_sample(overlay_dir)
-            comparators.append(vllm_comparator(function, note=f"overlay {overlay_dir}"))
-        except Exception as err:  # any import/pin failure is reported, not fatal
-            missing["vllm"] = f"not available: {err}"
+            try:
+                function = load_vllm_rejection_sample(overlay_dir)
+                comparators.append(vllm_comparator(function, note=f"overlay {overlay_dir}"))
+            except Exception as err:  # any import/pin failure is reported, not fatal
+                missing["vllm"] = f"not available: {err}"
     if require_vllm and "vllm" in missing:
         raise EnvironmentProblem(f"--require-vllm: vLLM comparator {missing['vllm']}")
     return comparators, missing

@@ -138,20 +138,39 @@ def measure_comparator(
     timer: Callable[[Callable[[], object]], float],
     capture: Capture | None,
     synchronize: Callable[[], None] = lambda: None,
+    peak_memory: Callable[[Callable[[], object]], int] | None = None,
 ) -> dict[str, Any]:
     """Check, then time one comparator on one case; the receipt's entry for it.
 
-    Returns {available, graph, note, checks, times_us, summary, input_sets, groups}.
-    Correctness is checked on every input set before timing (timing is skipped when a
-    check fails); after timing, every captured output must equal the eager output.
+    Returns {available, graph, note, checks, peak_extra_bytes, times_us, summary,
+    input_sets, groups}. Correctness is checked on every input set before timing (timing
+    is skipped when a check fails); after timing, every captured output must equal the
+    eager output. ``peak_memory(fn)`` (when given) returns the device memory ``fn`` needed
+    beyond what was allocated before it; it wraps the first eager (checked) call, host
+    validation included, and the entry records it as ``peak_extra_bytes``.
     """
-    eager_outputs = [comparator.eager_call(inputs) for inputs in input_sets]
+    first: list[Any] = []
+
+    def first_call() -> None:
+        first.append(comparator.eager_call(input_sets[0]))
+
+    peak: int | None = None
+    if peak_memory is not None:
+        peak = peak_memory(first_call)
+    else:
+        first_call()
+    eager_outputs = first + [comparator.eager_call(inputs) for inputs in input_sets[1:]]
     synchronize()
     checks: dict[str, bool] = {}
     for inputs, output in zip(input_sets, eager_outputs, strict=True):
         for key, value in comparator.check(inputs, output).items():
             checks[key] = checks.get(key, True) and value
-    entry: dict[str, Any] = {"available": True, "note": comparator.note, "checks": checks}
+    entry: dict[str, Any] = {
+        "available": True,
+        "note": comparator.note,
+        "checks": checks,
+        "peak_extra_bytes": peak,
+    }
     if not all(checks.values()):
         entry.update(graph=False, times_us=[], summary=None, skipped="a correctness check failed")
         return entry
@@ -177,6 +196,19 @@ def measure_comparator(
         groups=len(built),
     )
     return entry
+
+
+def cuda_peak_extra_bytes(fn: Callable[[], object]) -> int:
+    """Bytes of device memory ``fn()`` allocated at its peak beyond what was allocated before
+    (torch's caching allocator: ``max_memory_allocated`` after a reset, minus the start)."""
+    import torch
+
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return int(torch.cuda.max_memory_allocated()) - before
 
 
 def copy_bandwidth(

@@ -12,18 +12,23 @@ Method (per case: B requests, K drafts, vocabulary V, logits dtype, draft kind, 
   b mod K is off by one: greedy rows accept all K drafts or stop at that mismatch.
   Point drafts are a point mass (S = 1, count = C); sparse drafts spread q evenly over S
   ids (the draft and S - 1 others); dense drafts are the same law as a [B, K, V] fp32 q.
-- Every comparator is first run eagerly and checked (selector T0 rows equal the greedy
-  path of torch argmax, tokens in [0, V) then -1 padding, statuses OK). Then ``rounds``
-  calls are captured in one CUDA graph (one graph per group of ``rounds`` input sets),
-  replayed ``warmup`` times per graph, and ``replays`` replays are timed with CUDA events;
-  a replay's time divided by ``rounds`` is one sample (µs per call). A comparator that
-  cannot be captured is timed eagerly (``rounds`` calls between two events) and the
-  receipt says so. After timing, the graph's outputs must equal the eager outputs.
+- Comparators: ``config.comparators`` (default selector, argmax, vLLM; the eager torch
+  reference only when asked for). Every comparator is first run eagerly and checked
+  (selector T0 rows equal the greedy path of torch argmax, tokens in [0, V) then -1 padding,
+  statuses OK). Then ``rounds`` calls are captured in one CUDA graph (one graph per group of
+  ``rounds`` input sets), replayed ``warmup`` times per graph, and ``replays`` replays are
+  timed with CUDA events; a replay's time divided by ``rounds`` is one sample (µs per call).
+  A comparator that cannot be captured is timed eagerly (``rounds`` calls between two
+  events) and the receipt says so. After timing, the graph's outputs must equal the eager
+  outputs.
 - The eager torch reference costs milliseconds a call (~30 ms at B = 1, V = 129280 on the
   H200), so it is checked and timed on the first ``rounds`` input sets only (one graph),
   with at most one warm-up replay and ``slow_replays`` (default 3) timed replays; its
   receipt entry says how many samples it has. The kernels get the full method.
-- Summary per comparator: median, p10, p90 of the samples (numpy linear percentiles).
+- Summary per comparator: median, p10, p90 of the samples (numpy linear percentiles), and
+  the device memory its first checked call needed beyond what was allocated before it
+  (``peak_extra_bytes``: validation, partials, outputs). Each case records the selector's
+  launch plan (``selector_plan``).
 - Floor: the bytes the selector must read (logits + drafts + q + per-request scalars)
   divided by the device-to-device copy bandwidth measured in the same run (bytes read +
   written per second).
@@ -44,6 +49,7 @@ from typing import Any
 from pp3cli.timing.cases import (
     LOGIT_SCALE,
     NOMINAL_COPY_BANDWIDTH,
+    ProbeCase,
     ProbeConfig,
     build_cases,
     floor_us,
@@ -55,6 +61,7 @@ from pp3cli.timing.measure import (
     copy_bandwidth,
     cuda_event_timer,
     cuda_graph_capture,
+    cuda_peak_extra_bytes,
     measure_comparator,
 )
 from pp3cli.timing.summary import all_checks_passed, case_ratios, median_or_none
@@ -72,6 +79,7 @@ def run_probe(
     copy: Mapping[str, Any] | None,
     memory_budget: int = 8 << 30,
     synchronize: Callable[[], None] = lambda: None,
+    peak_memory: Callable[[Callable[[], object]], int] | None = None,
     progress: Callable[[str], None] = lambda message: None,
 ) -> dict[str, Any]:
     """Run every case; return the receipt's ``data`` (see docs/probe.md)."""
@@ -100,6 +108,7 @@ def run_probe(
                 timer=timer,
                 capture=capture,
                 synchronize=synchronize,
+                peak_memory=peak_memory,
             )
             # Wall time of check + capture + timing (JIT compiles included): not a result.
             entry["wall_s"] = round(time.monotonic() - began, 3)
@@ -161,7 +170,9 @@ def probe_on_cuda(
     properties = torch.cuda.get_device_properties(device)
     l2_bytes = int(getattr(properties, "L2_cache_size", 50 << 20))
     found = overlay_dir or find_overlay(default_overlay_candidates(scratch))
-    comparators, missing = load_comparators(found, require_vllm=config.require_vllm)
+    comparators, missing = load_comparators(
+        found, require_vllm=config.require_vllm, names=config.comparators
+    )
     overlay_info: dict[str, Any] = {"path": None if found is None else str(found)}
     if found is not None and "vllm" not in missing:
         manifest = read_manifest(found)
@@ -182,7 +193,20 @@ def probe_on_cuda(
         copy=copy,
         memory_budget=min(8 << 30, free // 4),
         synchronize=torch.cuda.synchronize,
+        peak_memory=cuda_peak_extra_bytes,
         progress=progress,
     )
     data["vllm_overlay"] = overlay_info
+    for case in data["cases"]:
+        case["selector_plan"] = selector_plan(ProbeCase(**case["case"]))
     return data
+
+
+def selector_plan(case: ProbeCase) -> dict[str, int]:
+    """The launch shape ``pp3kernels.plan_launch`` picks for ``case`` on a GPU (recorded per
+    case, so that a receipt says which measured plan produced its times)."""
+    from pp3kernels import plan_launch
+
+    support = case.support if case.draft == "sparse" else 1
+    plan = plan_launch(case.batch, case.depth + 1, case.vocab, interpreter=False, support=support)
+    return asdict(plan)

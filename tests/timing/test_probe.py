@@ -85,8 +85,11 @@ def tiny_data() -> dict[str, Any]:
 
 def test_defaults_give_the_design_cases_and_floors() -> None:
     cases = probe_cases.build_cases(probe_cases.ProbeConfig())
-    # 6 batches x 2 depths x 3 shares, minus B=1 where share 0.5 rounds to all-T0.
-    assert len(cases) == 6 * 2 * 3 - 2
+    # 8 batches (1, 2, 3, 4, 16, 64, 256, 1024) x 2 depths x 3 shares, minus B=1 where
+    # share 0.5 rounds to all-T0.
+
+    assert sorted({c.batch for c in cases}) == [1, 2, 3, 4, 16, 64, 256, 1024]
+    assert len(cases) == 8 * 2 * 3 - 2
     b4k5 = probe_cases.ProbeCase(4, 5, 129280, "bf16", "point", 0, 64)
     b64k5 = probe_cases.ProbeCase(64, 5, 129280, "bf16", "point", 0, 64)
     assert b4k5.logits_bytes() == 4 * 6 * 129280 * 2
@@ -311,6 +314,57 @@ def test_real_selector_and_reference_pass_the_checks_in_the_interpreter() -> Non
     for comparator in comparators:
         entry = measure_on_cpu(comparator, sets, rounds=1, warmup=0, replays=1)
         assert entry["checks"] and all(entry["checks"].values()), (comparator.name, entry)
+
+
+def test_comparators_are_chosen_by_name_and_the_reference_is_opt_in() -> None:
+    assert "reference" not in probe_cases.ProbeConfig().comparators
+    comparators, missing = probe_comparators.load_comparators(
+        None, require_vllm=False, names=("argmax", "selector")
+    )
+    assert [c.name for c in comparators] == ["selector", "argmax"] and missing == {}
+    comparators, missing = probe_comparators.load_comparators(
+        None, require_vllm=False, names=("reference",)
+    )
+    assert [c.name for c in comparators] == ["reference"] and missing == {}
+    for bad in (("selector", "bogus"), (), ("argmax", "argmax")):
+        with pytest.raises(UsageProblem, match="--comparators"):
+            probe_cases.ProbeConfig(comparators=bad).validate()
+    with pytest.raises(UsageProblem, match="--require-vllm"):
+        probe_cases.ProbeConfig(comparators=("selector",), require_vllm=True).validate()
+
+
+def test_peak_memory_wraps_the_first_checked_call_only() -> None:
+    case = probe_cases.ProbeCase(2, 2, 97, "fp32", "point", 1, 4)
+    sets = [
+        probe_comparators.make_inputs(case, device=torch.device("cpu"), seed=1, set_index=i)
+        for i in range(3)
+    ]
+    wrapped: list[int] = []
+
+    def fake_peak(fn: Any) -> int:
+        fn()
+        wrapped.append(1)
+        return 12345
+
+    selector = probe_comparators.selector_comparator()
+    entry = measure_on_cpu(selector, sets, peak_memory=fake_peak)
+    assert wrapped == [1] and entry["peak_extra_bytes"] == 12345
+    assert all(entry["checks"].values())
+    assert measure_on_cpu(selector, sets)["peak_extra_bytes"] is None
+
+
+def test_each_case_names_the_selector_plan_it_was_timed_with() -> None:
+    small = probe.selector_plan(probe_cases.ProbeCase(4, 5, 129280, "bf16", "point", 0, 64))
+    large = probe.selector_plan(probe_cases.ProbeCase(64, 5, 129280, "bf16", "sparse", 0, 64))
+    assert small == {
+        "block_b": 1,
+        "block_v": 256,
+        "nsplit": 64,
+        "chunk": 2048,
+        "num_warps": 8,
+        "block_f": 1024,
+    }
+    assert (large["block_v"], large["num_warps"]) == (128, 4)
 
 
 def test_require_vllm_refuses_without_an_overlay() -> None:
