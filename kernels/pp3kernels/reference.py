@@ -1,7 +1,9 @@
 """Plain-torch reference of the selector contract (``pp3kernels.contract``), for tests.
 
 ``reference_verify_chain`` is vectorised over the batch and loops over the K+1 chain rows
-only. Per request b and row i (tau = temperature[b], l = logits[b, i, :] in fp32):
+only; the batch goes through in slices of at most REFERENCE_CHUNK_ELEMENTS logits per row
+pass, so its memory is bounded whatever B is (requests are independent: slicing changes no
+bit). Per request b and row i (tau = temperature[b], l = logits[b, i, :] in fp32):
 
     m = max_v l_v,  e_v = exp((l_v - m) / tau)   (fp32),
     s = sum_v e_v   (accumulated in fp64, rounded once to fp32: independent of the
@@ -78,6 +80,11 @@ from pp3kernels.philox import (
     sample_uniform_from_words,
 )
 from pp3kernels.validate import bad_draft_requests, check_structure, validate_chain_inputs
+
+# The reference verifies at most this many logits per row pass (requests x V): its
+# temporaries are a few [requests, V] fp64 tensors, so a slice costs a few hundred MiB
+# whatever the batch (B = 20000 at V = 129280 asked for > 120 GiB in one piece).
+REFERENCE_CHUNK_ELEMENTS = 1 << 22
 
 DEFECTS: tuple[str, ...] = (
     "accept_ge",
@@ -206,7 +213,36 @@ def reference_verify_chain(
         q_dense=q_dense,
     )
     shape = validate_chain_inputs(inputs) if validate else check_structure(inputs)
-    batch, drafts, vocab = shape.batch, shape.drafts, shape.vocab
+    if shape.batch == 0:
+        return _verify_requests(inputs, validate=validate, defect=defect, first_request=0)
+    # Requests are independent (their draws depend on seed and position only), so the batch
+    # is verified in slices whose [requests, V] row temporaries stay bounded.
+    step = max(1, REFERENCE_CHUNK_ELEMENTS // shape.vocab)
+    parts = [
+        _verify_requests(
+            inputs.select(slice(start, start + step)),
+            validate=validate,
+            defect=defect,
+            first_request=start,
+        )
+        for start in range(0, shape.batch, step)
+    ]
+    if len(parts) == 1:
+        return parts[0]
+    return ChainResult(*(torch.cat(outputs) for outputs in zip(*parts, strict=True)))
+
+
+def _verify_requests(
+    inputs: ChainInputs, *, validate: bool, defect: str | None, first_request: int
+) -> ChainResult:
+    """``reference_verify_chain`` on validated (or structure-checked) requests; the first
+    is request ``first_request`` of the caller's batch (the batch-index defect needs it)."""
+    logits, draft_tokens, temperature = inputs.logits, inputs.draft_tokens, inputs.temperature
+    seed, position = inputs.seed, inputs.position
+    q_ids, q_counts, q_dense = inputs.q_ids, inputs.q_counts, inputs.q_dense
+    denominator = inputs.denominator
+    batch, rows, vocab = (int(n) for n in logits.shape)
+    drafts = rows - 1
     device = logits.device
 
     tokens = torch.full((batch, drafts + 1), NO_TOKEN, dtype=torch.int64, device=device)
@@ -237,7 +273,7 @@ def reference_verify_chain(
     if defect == "ignore_temperature":
         tau = torch.ones_like(tau)
     if defect == "batch_index_counters":
-        base = torch.arange(batch, dtype=torch.int64, device=device)
+        base = first_request + torch.arange(batch, dtype=torch.int64, device=device)
     else:
         base = position.to(torch.int64)
     drafts_long = draft_tokens.to(torch.int64)

@@ -30,7 +30,7 @@ STATUS_BAD_DRAFT instead.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -41,6 +41,10 @@ from pp3kernels.interface import ChainInputs
 LOGITS_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 DENSE_Q_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
 DENSE_Q_SUM_TOLERANCE = 1e-4
+# Validation reads q in slices of at most this many entries (requests x K x S, or x V for
+# dense q): a few int64/fp64 temporaries of this size, ~0.25 GiB in all, whatever B is.
+VALIDATION_CHUNK_ELEMENTS = 1 << 22
+Describe = Callable[[int, int], str]
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,7 @@ class Violation:
 
     kind: str
     mask: torch.Tensor
-    describe: Callable[[int, int], str]
+    describe: Describe
 
 
 def _require_tensor(name: str, value: object) -> torch.Tensor:
@@ -178,199 +182,217 @@ def check_temperature(temperature: torch.Tensor) -> None:
         )
 
 
+def _request_slices(batch: int, per_request: int) -> Iterator[slice]:
+    """Consecutive slices of the batch holding at most VALIDATION_CHUNK_ELEMENTS q entries
+    (``per_request`` each), at least one request per slice."""
+    step = max(1, VALIDATION_CHUNK_ELEMENTS // max(per_request, 1))
+    for start in range(0, batch, step):
+        yield slice(start, min(batch, start + step))
+
+
+def _chunked_masks(
+    kinds: tuple[str, ...],
+    batch_rows: tuple[int, int],
+    per_request: int,
+    device: torch.device,
+    masks_of: Callable[[slice], dict[str, torch.Tensor]],
+) -> dict[str, torch.Tensor]:
+    """[B, K] masks of ``kinds``, filled slice by slice from ``masks_of(requests)``: only
+    one slice's [requests, K, S or V] temporaries exist at a time (a broadcast input is
+    never materialised beyond one slice)."""
+    masks = {kind: torch.zeros(batch_rows, dtype=torch.bool, device=device) for kind in kinds}
+    for requests in _request_slices(batch_rows[0], per_request):
+        for kind, mask in masks_of(requests).items():
+            masks[kind][requests] = mask
+    return masks
+
+
+_SPARSE_KINDS = (
+    "count_negative",
+    "padding_id",
+    "support_id_range",
+    "support_duplicate",
+    "mass",
+    "proposal_outside_support",
+)
+_DENSE_KINDS = ("dense_nonfinite", "dense_negative", "dense_sum", "proposal_outside_support")
+
+
+def _sparse_masks(
+    ids: torch.Tensor,
+    counts: torch.Tensor,
+    drafts: torch.Tensor,
+    is_t1: torch.Tensor,
+    vocab: int,
+    denominator: int,
+) -> dict[str, torch.Tensor]:
+    """The sparse-q rules (module docstring) over [b, K, S] slices, as [b, K] masks."""
+    ids = ids.to(torch.int64)
+    counts = counts.to(torch.int64)
+    positive = counts > 0
+    # Duplicates among positive slots: non-positive slots get distinct sentinels below -1
+    # so that only real support ids can collide.
+    sentinel = -2 - torch.arange(ids.shape[2], device=ids.device, dtype=torch.int64)
+    sorted_ids, _ = torch.where(positive, ids, sentinel).sort(dim=-1)
+    duplicate = (sorted_ids[..., 1:] == sorted_ids[..., :-1]) & (sorted_ids[..., 1:] >= 0)
+    total = counts.sum(-1)
+    proposes = drafts >= 0
+    zero_allowed = ~proposes | ~is_t1
+    in_support = ((ids == drafts[..., None]) & positive).any(-1)
+    return {
+        "count_negative": (counts < 0).any(-1),
+        "padding_id": ((counts == 0) & (ids != -1)).any(-1),
+        "support_id_range": (positive & ((ids < 0) | (ids >= vocab))).any(-1),
+        "support_duplicate": duplicate.any(-1),
+        "mass": (total != denominator) & ~((total == 0) & zero_allowed),
+        "proposal_outside_support": is_t1 & proposes & ~in_support & (drafts < vocab),
+    }
+
+
+def _dense_masks(
+    q_dense: torch.Tensor, drafts: torch.Tensor, is_t1: torch.Tensor, vocab: int
+) -> dict[str, torch.Tensor]:
+    """The dense-q rules (module docstring) over [b, K, V] slices, as [b, K] masks."""
+    dense = q_dense.to(torch.float64)
+    t1_proposal = is_t1 & (drafts >= 0)
+    nonfinite = ~torch.isfinite(dense)
+    sums = torch.where(nonfinite, 0.0, dense).sum(-1)
+    in_range = (drafts >= 0) & (drafts < vocab)
+    q_at_draft = dense.gather(-1, torch.where(in_range, drafts, 0)[..., None])[..., 0]
+    return {
+        "dense_nonfinite": t1_proposal & nonfinite.any(-1),
+        "dense_negative": t1_proposal & (dense < 0).any(-1),
+        "dense_sum": t1_proposal & ((sums - 1.0).abs() > DENSE_Q_SUM_TOLERANCE),
+        "proposal_outside_support": t1_proposal & in_range & ~(q_at_draft > 0),
+    }
+
+
+def _first_slot(mask: torch.Tensor) -> int:
+    return int(mask.nonzero().flatten()[0])
+
+
+def _sparse_message(kind: str, inputs: ChainInputs, b: int, i: int) -> str:
+    """What is wrong with sparse q's row (b, i), read from that row alone."""
+    assert inputs.q_ids is not None and inputs.q_counts is not None
+    ids = inputs.q_ids[b, i].to(torch.int64)
+    counts = inputs.q_counts[b, i].to(torch.int64)
+    positive = counts > 0
+    vocab = int(inputs.logits.shape[2])
+    draft = int(inputs.draft_tokens[b, i])
+    if kind == "count_negative":
+        slot = _first_slot(counts < 0)
+        return f"q count {int(counts[slot])} at slot {slot} is negative; expected a count >= 0"
+    if kind == "padding_id":
+        slot = _first_slot((counts == 0) & (ids != -1))
+        return (
+            f"slot {slot} has count 0 but id {int(ids[slot])}; "
+            "expected padding id -1 for a zero count"
+        )
+    if kind == "support_id_range":
+        slot = _first_slot(positive & ((ids < 0) | (ids >= vocab)))
+        return (
+            f"slot {slot} has a positive count but id {int(ids[slot])}; "
+            f"expected an id in [0, {vocab})"
+        )
+    if kind == "support_duplicate":
+        support, _ = ids[positive].sort()
+        repeated = support[1:][support[1:] == support[:-1]]
+        return (
+            f"support id {int(repeated.max())} appears more than once "
+            "in q; expected unique ids within a row"
+        )
+    if kind == "mass":
+        return (
+            f"q mass {int(counts.sum())} != denominator {inputs.denominator}; "
+            "expected exactly C (0 only where the draft is -1 or the request is T0)"
+        )
+    return (
+        f"T1 proposal {draft} has q count 0 (not in q's "
+        "support); expected a proposal drawn from q, so q(x) > 0"
+    )
+
+
+def _dense_message(kind: str, inputs: ChainInputs, b: int, i: int) -> str:
+    """What is wrong with dense q's row (b, i), read from that row alone."""
+    assert inputs.q_dense is not None
+    dense = inputs.q_dense[b, i].to(torch.float64)
+    draft = int(inputs.draft_tokens[b, i])
+    if kind == "dense_nonfinite":
+        slot = _first_slot(~torch.isfinite(dense))
+        return f"q_dense[token {slot}] = {dense[slot].item()}; expected finite probabilities"
+    if kind == "dense_negative":
+        slot = _first_slot(dense < 0)
+        return f"q_dense[token {slot}] = {dense[slot].item()}; expected probabilities >= 0"
+    if kind == "dense_sum":
+        total = float(torch.where(torch.isfinite(dense), dense, 0.0).sum())
+        return f"q_dense sums to {total!r}; expected 1 within {DENSE_Q_SUM_TOLERANCE}"
+    return (
+        f"T1 proposal {draft} has q_dense = {float(dense[draft])!r}; "
+        "expected q(x) > 0 for a proposal drawn from q"
+    )
+
+
 def draft_violations(inputs: ChainInputs) -> list[Violation]:
     """Value violations of drafts and q, as [B, K] masks, in reporting order.
 
     Assumes ``check_structure`` passed. Every mask is evaluated (no short-circuit) so the
-    result also serves as the STATUS_BAD_DRAFT predicate.
+    result also serves as the STATUS_BAD_DRAFT predicate. q is read in slices of at most
+    VALIDATION_CHUNK_ELEMENTS entries, so the extra memory is bounded whatever B is and a
+    broadcast (stride-0) q is never materialised; a message reads its one row again.
     """
     q_ids, q_counts, q_dense = inputs.q_ids, inputs.q_counts, inputs.q_dense
     denominator = inputs.denominator
     vocab = int(inputs.logits.shape[2])
     drafts = inputs.draft_tokens.to(torch.int64)
     is_t1 = (inputs.temperature > 0)[:, None].expand_as(drafts)  # NaN temperature counts as T0 here
-    proposes = drafts >= 0
-    t1_proposal = is_t1 & proposes
-    violations: list[Violation] = []
-
-    def value_at(tensor: torch.Tensor) -> Callable[[int, int], object]:
-        return lambda b, i: tensor[b, i].item()
-
-    draft_value = value_at(drafts)
-    violations.append(
+    t1_proposal = is_t1 & (drafts >= 0)
+    violations = [
         Violation(
             "draft_range",
             (drafts < -1) | (drafts >= vocab),
             lambda b, i: (
-                f"draft token {draft_value(b, i)} is out of range; expected -1 "
+                f"draft token {int(drafts[b, i])} is out of range; expected -1 "
                 f"(invalidated) or an id in [0, {vocab})"
             ),
         )
-    )
+    ]
+    batch_rows = (int(drafts.shape[0]), int(drafts.shape[1]))
+
+    def bind(describe: Callable[[str, ChainInputs, int, int], str], kind: str) -> Describe:
+        return lambda b, i: describe(kind, inputs, b, i)
 
     if q_ids is not None and q_counts is not None and denominator is not None:
-        ids = q_ids.to(torch.int64)
-        counts = q_counts.to(torch.int64)
-        slots = ids.shape[2]
-        positive = counts > 0
-
-        negative = counts < 0
-        violations.append(
-            Violation(
-                "count_negative",
-                negative.any(-1),
-                lambda b, i: _slot_message(
-                    negative,
-                    counts,
-                    b,
-                    i,
-                    "q count {value} at slot {slot} is negative; expected a count >= 0",
-                ),
-            )
+        ids, counts, den = q_ids, q_counts, denominator
+        masks = _chunked_masks(
+            _SPARSE_KINDS,
+            batch_rows,
+            batch_rows[1] * int(ids.shape[2]),
+            drafts.device,
+            lambda r: _sparse_masks(ids[r], counts[r], drafts[r], is_t1[r], vocab, den),
         )
-        padding_bad = (counts == 0) & (ids != -1)
-        violations.append(
-            Violation(
-                "padding_id",
-                padding_bad.any(-1),
-                lambda b, i: _slot_message(
-                    padding_bad,
-                    ids,
-                    b,
-                    i,
-                    "slot {slot} has count 0 but id {value}; "
-                    "expected padding id -1 for a zero count",
-                ),
-            )
-        )
-        id_bad = positive & ((ids < 0) | (ids >= vocab))
-        violations.append(
-            Violation(
-                "support_id_range",
-                id_bad.any(-1),
-                lambda b, i: _slot_message(
-                    id_bad,
-                    ids,
-                    b,
-                    i,
-                    "slot {slot} has a positive count but id {value}; "
-                    f"expected an id in [0, {vocab})",
-                ),
-            )
-        )
-        # Duplicates among positive slots: give non-positive slots distinct sentinels
-        # below -1 so that only real support ids can collide.
-        sentinel = -2 - torch.arange(slots, device=ids.device, dtype=torch.int64)
-        keyed = torch.where(positive, ids, sentinel)
-        sorted_ids, _ = keyed.sort(dim=-1)
-        dup_pair = (sorted_ids[..., 1:] == sorted_ids[..., :-1]) & (sorted_ids[..., 1:] >= 0)
-        dup_value = torch.where(dup_pair, sorted_ids[..., 1:], sorted_ids.new_full((), -1))
-        violations.append(
-            Violation(
-                "support_duplicate",
-                dup_pair.any(-1),
-                lambda b, i: (
-                    f"support id {int(dup_value[b, i].max())} appears more than once "
-                    "in q; expected unique ids within a row"
-                ),
-            )
-        )
-        raw_total = counts.sum(-1)
-        zero_allowed = (~proposes) | (~is_t1)
-        mass_bad = (raw_total != denominator) & ~((raw_total == 0) & zero_allowed)
-        violations.append(
-            Violation(
-                "mass",
-                mass_bad,
-                lambda b, i: (
-                    f"q mass {int(raw_total[b, i])} != denominator {denominator}; "
-                    "expected exactly C (0 only where the draft is -1 or the request is T0)"
-                ),
-            )
-        )
-        in_support = ((ids == drafts[..., None]) & positive).any(-1)
-        violations.append(
-            Violation(
-                "proposal_outside_support",
-                t1_proposal & ~in_support & (drafts < vocab),
-                lambda b, i: (
-                    f"T1 proposal {draft_value(b, i)} has q count 0 (not in q's "
-                    "support); expected a proposal drawn from q, so q(x) > 0"
-                ),
-            )
-        )
+        violations += [Violation(k, masks[k], bind(_sparse_message, k)) for k in _SPARSE_KINDS]
     elif q_dense is not None:
-        dense = q_dense.to(torch.float64)
-        nonfinite = ~torch.isfinite(dense)
-        violations.append(
-            Violation(
-                "dense_nonfinite",
-                t1_proposal & nonfinite.any(-1),
-                lambda b, i: _slot_message(
-                    nonfinite,
-                    dense,
-                    b,
-                    i,
-                    "q_dense[token {slot}] = {value}; expected finite probabilities",
-                ),
-            )
+        dense = q_dense
+        masks = _chunked_masks(
+            _DENSE_KINDS,
+            batch_rows,
+            batch_rows[1] * vocab,
+            drafts.device,
+            lambda r: _dense_masks(dense[r], drafts[r], is_t1[r], vocab),
         )
-        negative_dense = dense < 0
-        violations.append(
-            Violation(
-                "dense_negative",
-                t1_proposal & negative_dense.any(-1),
-                lambda b, i: _slot_message(
-                    negative_dense,
-                    dense,
-                    b,
-                    i,
-                    "q_dense[token {slot}] = {value}; expected probabilities >= 0",
-                ),
-            )
-        )
-        sums = torch.where(nonfinite, 0.0, dense).sum(-1)
-        sum_bad = (sums - 1.0).abs() > DENSE_Q_SUM_TOLERANCE
-        violations.append(
-            Violation(
-                "dense_sum",
-                t1_proposal & sum_bad,
-                lambda b, i: (
-                    f"q_dense sums to {float(sums[b, i])!r}; expected 1 within "
-                    f"{DENSE_Q_SUM_TOLERANCE}"
-                ),
-            )
-        )
-        in_range = (drafts >= 0) & (drafts < vocab)
-        q_at_draft = dense.gather(-1, torch.where(in_range, drafts, 0)[..., None])[..., 0]
-        violations.append(
-            Violation(
-                "proposal_outside_support",
-                t1_proposal & in_range & ~(q_at_draft > 0),
-                lambda b, i: (
-                    f"T1 proposal {draft_value(b, i)} has q_dense = "
-                    f"{float(q_at_draft[b, i])!r}; expected q(x) > 0 for a proposal drawn from q"
-                ),
-            )
-        )
+        violations += [Violation(k, masks[k], bind(_dense_message, k)) for k in _DENSE_KINDS]
     else:
         violations.append(
             Violation(
                 "missing_q",
                 t1_proposal,
                 lambda b, i: (
-                    f"T1 proposal {draft_value(b, i)} was given without q; expected "
+                    f"T1 proposal {int(drafts[b, i])} was given without q; expected "
                     "q_ids/q_counts/denominator or q_dense when a T1 request proposes a token"
                 ),
             )
         )
     return violations
-
-
-def _slot_message(mask: torch.Tensor, values: torch.Tensor, b: int, i: int, template: str) -> str:
-    slot = int(mask[b, i].nonzero().flatten()[0])
-    value = values[b, i, slot].item()
-    return template.format(slot=slot, value=value)
 
 
 def bad_draft_requests(inputs: ChainInputs) -> torch.Tensor:

@@ -319,3 +319,21 @@ def test_first_token_law_catches_planted_defects(defect: str) -> None:
             observed[p > 0].double().numpy(), expected.numpy(), lambda_="log-likelihood"
         )
         assert p_value < ALPHA, f"defect {defect} passed the G-test: p = {p_value}"
+
+
+@pytest.mark.parametrize("defect", [None, "batch_index_counters", "reused_coin"])
+def test_any_slice_size_gives_the_same_bits(
+    defect: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reference verifies the batch in request slices of bounded size: the slicing
+    (here 1, then 5 requests per slice, against one piece) changes no output bit, also
+    for the defect that keys its draws by the batch index, and with validate=False."""
+    import pp3kernels.reference as reference
+
+    args = _battery(batch=61, vocab=12, seed=5)
+    args["draft_tokens"][3, 0] = 12  # out of range: BAD_DRAFT without validation
+    whole = _run(args, defect=defect, validate=False)
+    for requests in (1, 5):
+        monkeypatch.setattr(reference, "REFERENCE_CHUNK_ELEMENTS", requests * 12)
+        _assert_same(_run(args, defect=defect, validate=False), whole)
+    assert int(whole.status[3]) == STATUS_BAD_DRAFT

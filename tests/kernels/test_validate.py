@@ -235,3 +235,97 @@ def test_dense_q_rules() -> None:
     dense[1] = float("nan")
     _run(_call(q_ids=None, q_counts=None, denominator=None, q_dense=dense))
     _dense_refused(r"q_dense has shape \(3, 2, 7\)", _dense_q()[..., :7])
+
+
+def _random_violations(seed: int) -> ChainInputs:
+    """A batch whose rows break the sparse rules in random places (and many rows don't)."""
+    generator = torch.Generator().manual_seed(seed)
+    batch, drafts, vocab, slots = 64, 3, 40, 5
+    ids = torch.stack(
+        [torch.randperm(vocab, generator=generator)[:slots] for _ in range(batch * drafts)]
+    ).reshape(batch, drafts, slots)
+    counts = torch.full((batch, drafts, slots), 4, dtype=torch.int64)
+    proposals = ids[..., 0].clone()
+    edit = torch.randint(0, 6, (batch, drafts), generator=generator)
+    ids[..., 1] = torch.where(edit == 1, ids[..., 2], ids[..., 1])  # duplicate id
+    counts[..., 3] = torch.where(edit == 2, -4, counts[..., 3])  # negative count
+    ids[..., 4] = torch.where(edit == 3, vocab + 3, ids[..., 4])  # id out of range
+    counts[..., 2] = torch.where(edit == 4, 5, counts[..., 2])  # mass != C
+    proposals = torch.where(edit == 5, (ids[..., 0] + 1) % vocab, proposals)  # outside q
+    return ChainInputs(
+        torch.zeros((batch, drafts + 1, vocab)),
+        proposals.to(torch.int32),
+        torch.ones(batch),
+        torch.arange(batch, dtype=torch.int64),
+        torch.zeros(batch, dtype=torch.int64),
+        q_ids=ids.to(torch.int32),
+        q_counts=counts.to(torch.int32),
+        denominator=20,
+    )
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sliced_validation_equals_one_piece(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Validation reads q in request slices; any slice size gives the same masks/message."""
+    import pp3kernels.validate as validate
+
+    inputs = _random_violations(seed)
+    whole = [(v.kind, v.mask.clone()) for v in validate.draft_violations(inputs)]
+    with pytest.raises(SelectorInputError) as one_piece:
+        validate_chain_inputs(inputs)
+    monkeypatch.setattr(validate, "VALIDATION_CHUNK_ELEMENTS", 7)  # one request per slice
+    sliced = [(v.kind, v.mask) for v in validate.draft_violations(inputs)]
+    assert [k for k, _ in whole] == [k for k, _ in sliced]
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(whole, sliced, strict=True))
+    assert sum(int(m.sum()) for _, m in sliced) > 10  # the batch really breaks rules
+    with pytest.raises(SelectorInputError) as in_slices:
+        validate_chain_inputs(inputs)
+    assert str(in_slices.value) == str(one_piece.value)
+
+
+_MEMORY_PROBE = """
+import resource, sys, torch
+from pp3kernels.interface import ChainInputs
+from pp3kernels.validate import validate_chain_inputs
+torch.set_num_threads(1)
+form, batch, drafts, vocab, slots = sys.argv[1], *map(int, sys.argv[2:])
+logits = torch.zeros((1, drafts + 1, vocab), dtype=torch.bfloat16).expand(batch, -1, -1)
+ids = (torch.arange(slots, dtype=torch.int32) * 7 % vocab)[None, None].expand(batch, drafts, -1)
+draft = ids[:, :, 0].contiguous()
+common = (draft, torch.ones(batch), torch.arange(batch), torch.zeros(batch, dtype=torch.int64))
+if form == "sparse":
+    counts = torch.full((1, 1, slots), 4, dtype=torch.int32).expand(batch, drafts, -1)
+    inputs = ChainInputs(logits, *common, q_ids=ids, q_counts=counts, denominator=4 * slots)
+else:
+    row = torch.zeros(vocab)
+    row[draft[0, 0]] = 1.0
+    inputs = ChainInputs(logits, *common, q_dense=row[None, None].expand(batch, drafts, -1))
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+validate_chain_inputs(inputs)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
+"""
+
+
+@pytest.mark.parametrize(
+    ("form", "shape"),
+    [("sparse", (10_000, 5, 2048, 1024)), ("dense", (200, 5, 129_280, 1))],
+    ids=["sparse-broadcast", "dense-broadcast"],
+)
+def test_validation_of_broadcast_q_stays_in_bounded_memory(
+    form: str, shape: tuple[int, int, int, int]
+) -> None:
+    """Stride-0 q of 5e7 (sparse) / 1.3e8 (dense) entries: validating it in one piece grew
+    the peak RSS by ~2.7 / ~2.3 GiB (int64 / fp64 temporaries of the whole q); in slices
+    it stays a few hundred MiB."""
+    assert form == "dense" or shape[3] * 7 % shape[2] != 0  # distinct support ids
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", _MEMORY_PROBE, form, *map(str, shape)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    grown = int(result.stdout.split()[-1])
+    assert grown < 600 << 20, f"validation grew the peak RSS by {grown / 2**20:.0f} MiB"
