@@ -9,6 +9,7 @@
 #   qualify  pp3 qualify --profile strict ARGS
 #   oracle   pp3 oracle --device cuda ARGS
 #   probe    pp3 probe --overlay .overlay/vllm-0.33.0 ARGS
+#   pp3      pp3 ARGS (any command, e.g. `pp3 qualify --verifier vllm-mrv2 ...`), 450 s at most
 #   ab       bench/selector_ab.py --base .base ARGS (.base/pp3kernels: an older kernel
 #            package to compare with; carry ".base" too)
 # Receipts and the manifest are copied to $OUT; the Triton cache is returned as a tarball
@@ -61,6 +62,9 @@ while [ $# -gt 0 ]; do
       timeout $(( 570 - $(elapsed) )) python3 -m pp3cli probe --overlay .overlay/vllm-0.33.0 \
         "${args[@]}" 2>&1 | tee -a "$log" | tail -80
       say "probe exit ${PIPESTATUS[0]}" ;;
+    pp3)
+      timeout 450 python3 -m pp3cli "${args[@]}" 2>&1 | tail -60 | tee -a "$log"
+      say "pp3 exit ${PIPESTATUS[0]}" ;;
     *) say "unknown stage $stage"; exit 2 ;;
   esac
 done
