@@ -205,9 +205,10 @@ def qualify_command(
 ) -> None:
     """Qualify a verifier: exact-law G-tests (Holm), greedy pairing, edge battery, controls.
 
-    Exit 0 on PASS, 1 on FAIL (a member rejected, a greedy mismatch, an edge check failed,
-    or a negative control that passed; the receipt is still written), 2 on bad options,
-    3 on an unfit machine.
+    Exit 0 on PASS, 1 on FAIL (a member rejected, a greedy or --pair-with T0 mismatch, an
+    edge check failed for pp3's own verifiers, or a negative control that passed; the
+    receipt is still written), 2 on bad options or an unknown verifier, 3 on an unfit
+    machine (no GPU for flashinfer, no overlay for vllm-mrv2, an unimportable module).
     """
     settings = settings_of(ctx)
     if not 0 < alpha < 1:
