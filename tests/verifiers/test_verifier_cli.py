@@ -138,3 +138,41 @@ def test_overlay_sources_are_checked_against_the_overlay_or_the_pins(
     local.write_bytes(b"def rejection_sample(): return 1\n")  # a changed overlay
     state, reasons = status()
     assert state == STALE and name in reasons[0]
+
+
+def test_pair_with_from_the_command_line(tmp_path: Path) -> None:
+    """--pair-with reaches the receipt: a T0 tie bug in the partner FAILs the run, and
+    verify-receipts recomputes that verdict (pairing tests included) as stored."""
+    done = _pp3(
+        [
+            "qualify",
+            "--profile",
+            "smoke",
+            "--verifier",
+            "reference",
+            "--pair-with",
+            "toy_verifiers:highest_id_on_ties",
+            "--n-greedy",
+            "300",
+            "--json",
+        ],
+        tmp_path,
+        HERE,
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    predicate = orjson.loads(done.stdout)["predicate"]
+    assert predicate["parameters"]["pair_with"] == "toy_verifiers:highest_id_on_ties"
+    assert predicate["data"]["pair_with"]["kind"] == "module"
+    pairing = predicate["data"]["pairing"]
+    assert pairing["t0"] == 300 and pairing["t0_mismatches"] > 0
+    assert predicate["data"]["greedy"]["mismatches"] == 0
+    assert predicate["data"]["edge_decides"] is True  # the judged verifier is pp3's own
+    assert "tests/verifiers/toy_verifiers.py" in predicate["sources"]
+    results = verify_receipts(tmp_path / "receipts", root=repo_root())
+    assert [r.status for r in results[1:]] == [OK], [r.reasons for r in results]
+
+
+def test_pair_with_itself_is_a_usage_error(tmp_path: Path) -> None:
+    done = _pp3(["qualify", "--verifier", "reference", "--pair-with", "reference"], tmp_path, HERE)
+    assert done.returncode == 2, done.stderr
+    assert "--pair-with reference" in done.stderr
