@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from pp3cli.evidence.qualify import QualificationReport
     from pp3cli.run.guard import GuardRecord
+    from pp3cli.verifiers.registry import ResolvedVerifier
 
 
 # Verifiers whose kernels are Triton: on a CPU machine they need TRITON_INTERPRET=1.
@@ -250,7 +251,7 @@ def qualify_command(
         root = repo_root()
         candidates = default_overlay_candidates(settings.scratch)
 
-        def resolve(spec: str) -> Any:
+        def resolve(spec: str) -> ResolvedVerifier:
             return resolve_spec(spec, root=root, overlay_dir=overlay, overlay_candidates=candidates)
 
         judged = resolve(verifier)

@@ -27,7 +27,9 @@ FlashInfer is not a dependency: ``load_chain_speculative_sampling`` imports it w
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pp3cli.run.errors import EnvironmentProblem
@@ -37,6 +39,20 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 ENTRY = "flashinfer.sampling.chain_speculative_sampling"
+
+
+# The files that define FlashInfer's chain law (Python wrapper, CUDA source and header),
+# relative to the installed ``flashinfer`` package; their SHA-256 go into the receipt.
+LAW_FILES = ("sampling.py", "data/csrc/sampling.cu", "data/include/flashinfer/sampling.cuh")
+
+
+def law_digests(package_dir: Path) -> dict[str, str]:
+    """{file: sha256} of ``LAW_FILES`` present under the installed package folder."""
+    return {
+        name: hashlib.sha256((package_dir / name).read_bytes()).hexdigest()
+        for name in LAW_FILES
+        if (package_dir / name).is_file()
+    }
 
 
 def load_chain_speculative_sampling() -> tuple[Callable[..., Any], dict[str, str]]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import enum
 import functools
-import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,17 +120,17 @@ def _flashinfer() -> ResolvedVerifier:
     from pp3cli.verifiers.flashinfer import (
         ENTRY,
         flashinfer_verifier,
+        law_digests,
         load_chain_speculative_sampling,
     )
 
     function, found = load_chain_speculative_sampling()
-    module = Path(found["file"])
     # Recorded, not re-checked by verify-receipts (a reviewer need not have FlashInfer).
     details = {
         "kind": "flashinfer",
         "entry": ENTRY,
         "version": found["version"],
-        "sampling_py_sha256": hashlib.sha256(module.read_bytes()).hexdigest(),
+        "files": law_digests(Path(found["file"]).parent),
     }
     return ResolvedVerifier("flashinfer", flashinfer_verifier(function), False, {}, details)
 

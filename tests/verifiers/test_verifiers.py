@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -267,3 +268,14 @@ def test_homogeneity_tests_pair_by_name() -> None:
     second = {"x": np.array([31, 29])}
     (record,) = homogeneity_tests(first, second)
     assert record.name == "x" and record.first == (30, 30) and record.second == (31, 29)
+
+
+def test_flashinfer_law_files_are_digested(tmp_path: Path) -> None:
+    (tmp_path / "data" / "csrc").mkdir(parents=True)
+    (tmp_path / "sampling.py").write_bytes(b"py")
+    (tmp_path / "data" / "csrc" / "sampling.cu").write_bytes(b"cu")
+    digests = flashinfer_adapter.law_digests(tmp_path)
+    assert digests == {
+        "sampling.py": hashlib.sha256(b"py").hexdigest(),
+        "data/csrc/sampling.cu": hashlib.sha256(b"cu").hexdigest(),
+    }
