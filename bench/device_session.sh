@@ -7,6 +7,9 @@
 #   tests    pytest -m gpu ARGS in the background, beside the next stages
 #   pytest   pytest -m gpu ARGS in the foreground (e.g. -k some_test)
 #   qualify  pp3 qualify --profile strict ARGS
+#   peer     pp3 qualify --profile strict ARGS with the call's remaining time (a peer's
+#            sampler, e.g. --verifier vllm-mrv2 --overlay .overlay/vllm-0.33.0, or
+#            --verifier flashinfer: its wheels from .whl-fi/gpu, carry ".whl-fi/gpu")
 #   oracle   pp3 oracle --device cuda ARGS
 #   probe    pp3 probe --overlay .overlay/vllm-0.33.0 ARGS
 #   pp3      pp3 ARGS (any command, e.g. `pp3 qualify --verifier vllm-mrv2 ...`), 450 s at most
@@ -51,6 +54,14 @@ while [ $# -gt 0 ]; do
     qualify)
       timeout 400 python3 -m pp3cli qualify --profile strict "${args[@]}" 2>&1 | tail -60 | tee -a "$log"
       say "qualify exit ${PIPESTATUS[0]}" ;;
+    peer)
+      if ls .whl-fi/gpu/*.whl >/dev/null 2>&1; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+          --target /tmp/site .whl-fi/gpu/*.whl 2>&1 | tail -5 | tee -a "$log"
+      fi
+      timeout $(( 570 - $(elapsed) )) python3 -m pp3cli qualify --profile strict "${args[@]}" 2>&1 \
+        | tail -80 | tee -a "$log"
+      say "peer exit ${PIPESTATUS[0]}" ;;
     oracle)
       timeout 100 python3 -m pp3cli oracle --device cuda "${args[@]}" 2>&1 | tail -60 | tee -a "$log"
       say "oracle exit ${PIPESTATUS[0]}" ;;

@@ -119,7 +119,8 @@ def test_kernels_never_import_the_cli() -> None:
 
 
 def test_own_modules_are_imported_statically() -> None:
-    """importlib appears only where pp3 loads a foreign module: the pinned vLLM overlay."""
+    """importlib appears only where pp3 loads a foreign module by a name it cannot know
+    statically: the pinned vLLM overlay and a user's ``--verifier MODULE:FUNCTION``."""
     users = set()
     for path in [*(ROOT / "pp3cli").rglob("*.py"), *(ROOT / "kernels").rglob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text())):
@@ -127,4 +128,4 @@ def test_own_modules_are_imported_statically() -> None:
                 users.add(path.relative_to(ROOT).as_posix())
             elif isinstance(node, ast.ImportFrom) and node.module == "importlib":
                 users.add(path.relative_to(ROOT).as_posix())
-    assert users == {"pp3cli/verifiers/overlay.py"}, users
+    assert users == {"pp3cli/verifiers/overlay.py", "pp3cli/verifiers/external.py"}, users

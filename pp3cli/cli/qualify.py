@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -11,13 +12,17 @@ from pp3cli.cli.options import RunOptions, settings_of, with_run_options
 from pp3cli.cli.receipted import Finding, run_receipted
 from pp3cli.evidence.profiles import ALPHA, PROFILES, Profile
 from pp3cli.run.errors import EnvironmentProblem, UsageProblem
-from pp3cli.verifiers.registry import VerifierName
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
     from pp3cli.evidence.qualify import QualificationReport
     from pp3cli.run.guard import GuardRecord
+    from pp3cli.verifiers.registry import ResolvedVerifier
+
+
+# Verifiers whose kernels are Triton: on a CPU machine they need TRITON_INTERPRET=1.
+TRITON_VERIFIERS = ("selector", "vllm-mrv2")
 
 
 def _plan_output(tv: float, alpha: float, json_output: bool) -> None:
@@ -67,7 +72,31 @@ def _summary(report: QualificationReport) -> RenderableType:
     ]
     lines += [f"  mismatch {example}" for example in report.greedy.examples]
     for edge in report.edge:
-        lines.append(f"edge {'ok  ' if edge.passed else 'FAIL'} {edge.name}: {edge.detail}")
+        if report.edge_decides:
+            mark = "ok  " if edge.passed else "FAIL"
+        else:
+            mark = "meets pp3's contract" if edge.passed else "differs"
+        lines.append(f"edge {mark} {edge.name}: {edge.detail}")
+    if not report.edge_decides:
+        summary = report.edge_summary()
+        lines.append(
+            f"edge battery (recorded, not deciding): {len(summary['meets'])} meet pp3's "
+            f"contract, {len(summary['differs'])} differ"
+        )
+    if report.pairing is not None:
+        pairing = report.pairing
+        lines.append(
+            f"paired with {pairing.with_}: {pairing.t0_mismatches} T0 mismatches in "
+            f"{pairing.t0:,} requests"
+        )
+        lines += [f"  mismatch {example}" for example in pairing.examples]
+        for test in pairing.tests:
+            r = test.result
+            mark = "FAIL" if r.name in rejected else "ok"
+            lines.append(
+                f"  {r.name}: G {r.statistic:.2f}, df {r.df}, p {r.p_value:.3g}, "
+                f"Holm adj. {report.family.adjusted[r.name]:.3g} {mark}"
+            )
     for control in report.controls:
         mark = "failed as required" if control.caught else "PASSED (not evidence)"
         later = (
@@ -140,9 +169,29 @@ def qualify_command(
         typer.Option("--n-greedy", help="Paired T0 requests (default: the profile's)."),
     ] = None,
     verifier: Annotated[
-        VerifierName,
-        typer.Option("--verifier", help="selector (the Triton kernel) or reference (torch)."),
-    ] = VerifierName.selector,
+        str,
+        typer.Option(
+            "--verifier",
+            help="selector (the Triton kernel), reference (torch), vllm-mrv2 (the pinned "
+            "overlay), flashinfer, or MODULE:FUNCTION (docs/verifiers.md).",
+        ),
+    ] = "selector",
+    pair_with: Annotated[
+        str | None,
+        typer.Option(
+            "--pair-with",
+            help="Also run VERIFIER on identical inputs: T0 tokens must be equal, sampled "
+            "laws two-sample G-tested (in the same Holm family).",
+        ),
+    ] = None,
+    overlay: Annotated[
+        Path | None,
+        typer.Option(
+            "--overlay",
+            help="The vLLM overlay folder (default: <scratch>/overlay/vllm-0.33.0, then "
+            "./.overlay/vllm-0.33.0).",
+        ),
+    ] = None,
     full_controls: Annotated[
         bool,
         typer.Option(
@@ -157,9 +206,10 @@ def qualify_command(
 ) -> None:
     """Qualify a verifier: exact-law G-tests (Holm), greedy pairing, edge battery, controls.
 
-    Exit 0 on PASS, 1 on FAIL (a member rejected, a greedy mismatch, an edge check failed,
-    or a negative control that passed; the receipt is still written), 2 on bad options,
-    3 on an unfit machine.
+    Exit 0 on PASS, 1 on FAIL (a member rejected, a greedy or --pair-with T0 mismatch, an
+    edge check failed for pp3's own verifiers, or a negative control that passed; the
+    receipt is still written), 2 on bad options or an unknown verifier, 3 on an unfit
+    machine (no GPU for flashinfer, no overlay for vllm-mrv2, an unimportable module).
     """
     settings = settings_of(ctx)
     if not 0 < alpha < 1:
@@ -174,21 +224,38 @@ def qualify_command(
         _plan_output(tv if tv is not None else 1e-3, alpha, run.json_output)
         return
 
+    if pair_with is not None and pair_with == verifier:
+        raise UsageProblem(f"--pair-with {pair_with}: expected a verifier other than --verifier")
+
     def work(record: GuardRecord) -> Finding:
         """The guarded work: pick the profile for this machine, run, and shape the receipt."""
         from rich.console import Console
 
         from pp3cli.evidence.qualify import run_qualification
-        from pp3cli.verifiers.registry import planted_defect_controls, resolve_verifier
+        from pp3cli.run.scratch import repo_root
+        from pp3cli.verifiers.overlay import default_overlay_candidates
+        from pp3cli.verifiers.registry import planted_defect_controls, resolve_spec
         from pp3cli.wire.proxy import ProxyDraftTransport
         from pp3kernels.runtime import is_interpreter
 
         cuda = record.cuda_available
-        if not cuda and verifier is VerifierName.selector and not is_interpreter():
-            raise EnvironmentProblem(
-                "no GPU and TRITON_INTERPRET is not 1: on a CPU machine the Triton selector runs "
-                "in Triton's interpreter; run `TRITON_INTERPRET=1 pp3 qualify` (or `make qualify`)"
-            )
+        for name in (verifier, pair_with):
+            if name in TRITON_VERIFIERS and not cuda and not is_interpreter():
+                raise EnvironmentProblem(
+                    f"no GPU and TRITON_INTERPRET is not 1: on a CPU machine {name}'s Triton "
+                    "kernels run in Triton's interpreter; run `TRITON_INTERPRET=1 pp3 qualify` "
+                    "(or `make qualify`)"
+                )
+            if name == "flashinfer" and not cuda:
+                raise EnvironmentProblem("--verifier flashinfer needs a CUDA GPU (none seen)")
+        root = repo_root()
+        candidates = default_overlay_candidates(settings.scratch)
+
+        def resolve(spec: str) -> ResolvedVerifier:
+            return resolve_spec(spec, root=root, overlay_dir=overlay, overlay_candidates=candidates)
+
+        judged = resolve(verifier)
+        partner = resolve(pair_with) if pair_with is not None else None
         chosen: Profile = PROFILES[profile or ("strict" if cuda else "seed")]
         controls = planted_defect_controls()
         device = "cuda" if cuda else "cpu"
@@ -199,7 +266,7 @@ def qualify_command(
         with bars:
             report = run_qualification(
                 chosen,
-                verifier=resolve_verifier(verifier.value),
+                verifier=judged.verifier,
                 device=device,
                 alpha=alpha,
                 seed=seed,
@@ -209,9 +276,14 @@ def qualify_command(
                 full_controls=full_controls,
                 transport=transport,
                 progress=progress,
+                edge_decides=judged.own,
+                pair_with=None if partner is None else (partner.spec, partner.verifier),
             )
         data = report.to_json()
         data["elapsed_s"] = round(time.monotonic() - started, 3)
+        data["verifier"] = {"name": judged.spec, **judged.details}
+        if partner is not None:
+            data["pair_with"] = {"name": partner.spec, **partner.details}
         if transport is not None:
             data["proxy"] = transport.summary()
         parameters = {
@@ -221,7 +293,8 @@ def qualify_command(
             "alpha": alpha,
             "seed": seed,
             "n_greedy": report.greedy.n,
-            "verifier": verifier.value,
+            "verifier": judged.spec,
+            "pair_with": pair_with,
             "device": device,
             "controls": list(controls),
             "full_controls": full_controls,
@@ -229,6 +302,7 @@ def qualify_command(
             "batch": chosen.batch,
             "repeats": chosen.repeats,
         }
-        return Finding(parameters, data, report.verdict, summary=_summary(report))
+        sources = {**judged.sources, **(partner.sources if partner is not None else {})}
+        return Finding(parameters, data, report.verdict, summary=_summary(report), sources=sources)
 
     run_receipted("qualify", settings, run, work, kind="qualification", require_gpu=False)

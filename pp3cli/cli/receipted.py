@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -39,6 +40,9 @@ class Finding:
     data: Mapping[str, Any]
     verdict: str
     summary: RenderableType | None = None
+    # Files outside pp3's sources that can change the verdict (a peer's pinned files, a
+    # user's verifier module), by receipt name: hashed into the receipt and its subject.
+    sources: Mapping[str, Path] = field(default_factory=dict)
 
 
 def run_receipted(
@@ -73,6 +77,7 @@ def run_receipted(
         data=finding.data,
         verdict=finding.verdict,
         supersedes=superseded,
+        extra_sources=finding.sources,
     )
     if run.json_output:
         typer.echo(path.read_text(encoding="utf-8").rstrip("\n"))

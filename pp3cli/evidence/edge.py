@@ -399,6 +399,6 @@ def run_edge_battery(
         name = check.__name__.removeprefix("check_")
         try:
             results.append(check(verifier, dev, seed))
-        except (ValueError, RuntimeError, IndexError) as err:
+        except (ValueError, RuntimeError, IndexError, AssertionError) as err:
             results.append(EdgeResult(name, False, f"raised {type(err).__name__}: {err}"))
     return results

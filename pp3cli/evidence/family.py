@@ -28,6 +28,7 @@ from pp3cli.evidence.stats import (
     FamilyVerdict,
     MemberResult,
     g_test,
+    g_test_homogeneity,
     holm,
     pool_cells,
     samples_for_tv,
@@ -161,9 +162,11 @@ def requests_for(profile: Profile, alpha: float, tv: float | None = None) -> int
 
 
 def _recompute_members(
-    stored: Sequence[Mapping[str, Any]], alpha: float
+    stored: Sequence[Mapping[str, Any]], alpha: float, extra: Sequence[MemberResult] = ()
 ) -> tuple[FamilyVerdict, list[str]]:
-    """Recompute each member's G-test from raw counts and exact probabilities; list problems."""
+    """Recompute each member's G-test from raw counts and exact probabilities; list problems.
+
+    ``extra`` members (the pairing's homogeneity tests) join the Holm family."""
     problems: list[str] = []
     results: list[MemberResult] = []
     for entry in stored:
@@ -197,7 +200,31 @@ def _recompute_members(
         pooling = pool_cells(probs, max(1, result.n), MIN_EXPECTED)
         if entry.get("pooled", {}).get("groups") != [list(g) for g in pooling.groups]:
             problems.append(f"{name}: stored pooled groups differ from the pre-registered rule")
-    return holm(results, alpha), problems
+    return holm([*results, *extra], alpha), problems
+
+
+def _recompute_pairing(stored: Mapping[str, Any] | None) -> tuple[list[MemberResult], list[str]]:
+    """``--pair-with``'s homogeneity tests recomputed from their raw counts (no torch)."""
+    results: list[MemberResult] = []
+    problems: list[str] = []
+    for entry in (stored or {}).get("tests", []):
+        name = str(entry["name"])
+        try:
+            result = g_test_homogeneity(name, entry["first"], entry["second"], MIN_EXPECTED)
+        except ValueError as err:
+            problems.append(f"{name}: {err}")
+            continue
+        results.append(result)
+        claimed = entry["result"]
+        for key in ("statistic", "p_value"):
+            if not math.isclose(
+                float(claimed[key]), getattr(result, key), rel_tol=1e-9, abs_tol=1e-300
+            ):
+                problems.append(f"{name}: stored {key} {claimed[key]} != {getattr(result, key)}")
+        for key in ("n", "df", "cells"):
+            if claimed[key] != getattr(result, key):
+                problems.append(f"{name}: stored {key} {claimed[key]} != {getattr(result, key)}")
+    return results, problems
 
 
 def recompute_qualification(predicate: Mapping[str, Any]) -> tuple[str, list[str]]:
@@ -209,7 +236,10 @@ def recompute_qualification(predicate: Mapping[str, Any]) -> tuple[str, list[str
     """
     data = predicate["data"]
     alpha = float(predicate["parameters"]["alpha"])
-    family, problems = _recompute_members(data["members"], alpha)
+    pairing = data.get("pairing")
+    paired, problems = _recompute_pairing(pairing)
+    family, member_problems = _recompute_members(data["members"], alpha, paired)
+    problems += member_problems
     if family.passed != bool(data["family"]["passed"]):
         problems.append(
             f"family: stored passed={data['family']['passed']}, recomputed {family.passed}"
@@ -226,10 +256,11 @@ def recompute_qualification(predicate: Mapping[str, Any]) -> tuple[str, list[str
         if was_caught != bool(control["failed_as_required"]):
             problems.append(f"control {control['defect']}: stored failed flag is wrong")
         caught.append(was_caught)
+    edge_decides = bool(data.get("edge_decides", True))
     verdict = qualification_verdict(
         family.passed,
-        int(data["greedy"]["mismatches"]),
-        (bool(e["passed"]) for e in data["edge"]),
+        int(data["greedy"]["mismatches"]) + (int(pairing["t0_mismatches"]) if pairing else 0),
+        (bool(e["passed"]) or not edge_decides for e in data["edge"]),
         caught,
     )
     if problems:

@@ -27,8 +27,9 @@ import torch
 from pp3cli.evidence.edge import EdgeResult, run_edge_battery
 from pp3cli.evidence.family import MemberRecord, judge_members, member_laws, requests_for
 from pp3cli.evidence.greedy import greedy_from_logits
+from pp3cli.evidence.pairing import PairingReport, pair_sampled, pair_t0, pairing_members
 from pp3cli.evidence.profiles import MIN_REPEATS, Profile
-from pp3cli.evidence.stats import FamilyVerdict
+from pp3cli.evidence.stats import FamilyVerdict, holm
 from pp3cli.evidence.targets import TARGETS, ToyTarget
 from pp3cli.evidence.verdict import battery_caught, qualification_verdict
 from pp3kernels import (
@@ -285,16 +286,25 @@ class QualificationReport:
     greedy: GreedyReport
     edge: tuple[EdgeResult, ...]
     controls: tuple[ControlReport, ...] = field(default_factory=tuple)
+    edge_decides: bool = True  # False for a peer's or a user's verifier (edge.py: "differs")
+    pairing: PairingReport | None = None  # --pair-with; its tests are in ``family``'s Holm
 
     @property
     def verdict(self) -> str:
         """``pp3cli.evidence.verdict.qualification_verdict`` of this run."""
         return qualification_verdict(
             self.family.passed,
-            self.greedy.mismatches,
-            (e.passed for e in self.edge),
+            self.greedy.mismatches + (self.pairing.t0_mismatches if self.pairing else 0),
+            (e.passed or not self.edge_decides for e in self.edge),
             (c.caught for c in self.controls),
         )
+
+    def edge_summary(self) -> dict[str, list[str]]:
+        """Edge checks by outcome: "meets" pp3's contract or "differs" from it."""
+        return {
+            "meets": [e.name for e in self.edge if e.passed],
+            "differs": [e.name for e in self.edge if not e.passed],
+        }
 
     def to_json(self) -> dict[str, Any]:
         """Receipt ``data``."""
@@ -307,6 +317,9 @@ class QualificationReport:
             "greedy": self.greedy.to_json(),
             "edge": [e.to_json() for e in self.edge],
             "controls": [c.to_json() for c in self.controls],
+            "edge_decides": self.edge_decides,
+            "edge_summary": self.edge_summary(),
+            "pairing": None if self.pairing is None else self.pairing.to_json(),
             "verdict": self.verdict,
         }
 
@@ -417,12 +430,17 @@ def run_qualification(
     transport: DraftTransport | None = None,
     targets: Sequence[ToyTarget] = TARGETS,
     progress: Progress | None = None,
+    edge_decides: bool = True,
+    pair_with: tuple[str, ChainVerifier] | None = None,
 ) -> QualificationReport:
     """Run the family, greedy pairing and edge battery for ``verifier`` and each control.
 
     ``controls`` maps a defect name to a defective verifier (default: none); each runs the
     same battery at the same size and must be caught; unless ``full_controls``, a control
     stops at its first failing part. ``tv`` overrides the profile's size.
+    ``edge_decides`` False (peers, user modules) records edge checks without letting them
+    decide. ``pair_with`` = (name, verifier) adds ``pp3cli.evidence.pairing``'s paired run:
+    n_greedy T0 requests compared exactly, and its homogeneity tests join the Holm family.
     """
     if not 0 < alpha < 1:
         raise ValueError(f"alpha = {alpha}: expected 0 < alpha < 1")
@@ -433,6 +451,18 @@ def run_qualification(
         raise ValueError(f"n_greedy = {pairs}: expected at least 1")
     battery = Battery(n, pairs, dev, seed, profile, alpha, tuple(targets))
     members, family, greedy, edge = battery.run(verifier, progress=progress, transport=transport)
+    pairing = None
+    if pair_with is not None:  # ---- --pair-with (pp3cli.evidence.pairing)
+        other_name, other = pair_with
+        size = call_size(n, profile.batch, profile.repeats)
+        t0_bad, examples = pair_t0(
+            verifier, other, pairs, device=dev, seed=seed, batch=profile.batch, progress=progress
+        )
+        tests = pair_sampled(
+            verifier, other, targets, n, device=dev, seed=seed, size=size, progress=progress
+        )
+        pairing = PairingReport(other_name, pairs, t0_bad, examples, tuple(tests))
+        family = holm([m.result for m in members] + pairing_members(tests), alpha)
     reports = []
     for defect, control in (controls or {}).items():
 
@@ -457,4 +487,6 @@ def run_qualification(
         greedy=greedy,
         edge=tuple(edge),
         controls=tuple(reports),
+        edge_decides=edge_decides,
+        pairing=pairing,
     )

@@ -273,3 +273,60 @@ def power_of(n: int, tv: float, df: int, alpha: float) -> float:
         raise ValueError(f"tv = {tv}: expected 0 <= tv <= 1")
     critical = float(chi2.isf(alpha, df))
     return float(ncx2.sf(critical, df, 4.0 * n * tv * tv))
+
+
+def g_test_homogeneity(
+    name: str, first: Sequence[int], second: Sequence[int], min_expected: float = 20.0
+) -> MemberResult:
+    """Two-sample G-test: were ``first`` and ``second`` drawn from one (unknown) law?
+
+    Outcomes are pooled in index order from the *combined* counts (ancillary under the null,
+    so the rule is fixed before either sample is compared): a cell closes once every arm
+    expects at least ``min_expected`` in it (E_ac = n_a * combined_c / N); a short last cell
+    joins the one before it. Then G = 2 sum_{a,c} O_ac ln(O_ac / E_ac), df = cells - 1,
+    p = chi2.sf(G, df) (p = 1 when df = 0). Outcomes neither sample hit add nothing.
+    ``impossible_hits`` is 0: there is no exact law to be impossible under.
+    """
+    a = [int(c) for c in first]
+    b = [int(c) for c in second]
+    if len(a) != len(b):
+        raise ValueError(f"{name!r}: {len(a)} and {len(b)} outcomes: expected equal lengths")
+    if min(a + b, default=0) < 0:
+        raise ValueError(f"{name!r}: negative count in {a} / {b}")
+    n_a, n_b = sum(a), sum(b)
+    if n_a < 1 or n_b < 1:
+        raise ValueError(f"{name!r}: an empty sample (n = {n_a}, {n_b}): expected both >= 1")
+    total = n_a + n_b
+    need = min_expected * total / min(n_a, n_b)  # combined count that gives E >= min_expected
+    cells: list[tuple[int, int]] = []
+    open_a = open_b = 0
+    for x, y in zip(a, b, strict=True):
+        open_a, open_b = open_a + x, open_b + y
+        if open_a + open_b >= need:
+            cells.append((open_a, open_b))
+            open_a = open_b = 0
+    if open_a + open_b:
+        if cells:
+            last_a, last_b = cells.pop()
+            cells.append((last_a + open_a, last_b + open_b))
+        else:
+            cells.append((open_a, open_b))
+    df = len(cells) - 1
+    if df == 0:
+        statistic, p_value = 0.0, 1.0
+    else:
+        observed = np.array(cells, dtype=np.float64)  # [cells, 2]
+        combined = observed.sum(axis=1, keepdims=True)
+        expected = combined * np.array([[n_a, n_b]], dtype=np.float64) / total
+        statistic = float(max(0.0, 2.0 * np.sum(xlogy(observed, observed / expected))))
+        p_value = float(chi2.sf(statistic, df))
+    return MemberResult(
+        name=name,
+        n=total,
+        statistic=statistic,
+        df=df,
+        p_value=p_value,
+        impossible_hits=0,
+        failed_outright=False,
+        cells=len(cells),
+    )

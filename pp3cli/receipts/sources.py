@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +46,11 @@ def source_digests(root: Path, extra: Mapping[str, Path] | None = None) -> dict[
     return dict(sorted(digests.items()))
 
 
-def subject_names(sources: Mapping[str, str]) -> list[str]:
-    """The verifier sources judged: every digested file under kernels/."""
-    return sorted(name for name in sources if name.startswith(SUBJECT_PREFIX))
+def subject_names(sources: Mapping[str, str], extra: Iterable[str] = ()) -> list[str]:
+    """The verifier sources judged: every digested file under kernels/, plus ``extra``
+    (the files of a peer's or a user's verifier, ``source_digests``' ``extra`` names)."""
+    judged = {name for name in sources if name.startswith(SUBJECT_PREFIX)}
+    return sorted(judged | {name for name in extra if name in sources})
 
 
 def git_state(root: Path) -> dict[str, Any]:

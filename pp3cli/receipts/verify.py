@@ -304,6 +304,8 @@ def _check_sources(
             path = root / name
             if path.is_file():
                 now = sha256_file(path)
+            elif name.startswith(OVERLAY_PREFIX):
+                now = _overlay_digest(name, root)
         if now is None:
             missing.append(name)
         elif now != digest:
@@ -316,6 +318,26 @@ def _check_sources(
     ]
     if parts:
         result.stale("sources moved on since: " + "; ".join(parts))
+
+
+OVERLAY_PREFIX = "overlay/"  # pp3cli.verifiers.registry.OVERLAY_SOURCE_PREFIX
+
+
+def _overlay_digest(name: str, root: Path) -> str | None:
+    """What a pinned overlay file ``overlay/<overlay>/<path>`` hashes to now.
+
+    The file itself when ``<root>/.overlay/<overlay>/<path>`` exists, else the pin pp3
+    carries for ``<path>`` (``pp3cli.verifiers.overlay.VLLM_PINS``, which an overlay must
+    match to load): a receipt goes STALE when the overlay or its pins changed, not merely
+    because this machine has no overlay. None when pp3 pins no such file.
+    """
+    from pp3cli.verifiers.overlay import VLLM_PINS
+
+    overlay, _, path = name[len(OVERLAY_PREFIX) :].partition("/")
+    local = root / ".overlay" / overlay / path
+    if local.is_file():
+        return sha256_file(local)
+    return VLLM_PINS.get(path)
 
 
 def _listing(names: list[str], shown: int = 4) -> str:

@@ -172,7 +172,8 @@ def write_receipt(
     statement = {
         "_type": INTOTO_STATEMENT_TYPE,
         "subject": [
-            {"name": name, "digest": {"sha256": sources[name]}} for name in subject_names(sources)
+            {"name": name, "digest": {"sha256": sources[name]}}
+            for name in subject_names(sources, extra_sources or {})
         ],
         "predicateType": predicate_type(kind),
         "predicate": {

@@ -21,16 +21,26 @@ vLLM flattens requests to N = B*(K+1) "logits rows":
 
 It returns ``(sampled [B, K+1] int64, num_sampled [B] int32)``: num_sampled = accepted + 1
 tokens are valid; entries past them are uninitialised (``chain_from_vllm`` masks them).
+
+``VllmMrv2Verifier`` makes the function a ``pp3kernels.ChainVerifier`` (``pp3 qualify
+--verifier vllm-mrv2``). The draft law goes in as ``draft_logits`` only when some request's
+q is not a point mass on its own proposal (``draft_logits_from_q``): vLLM's one-hot path is
+then exactly q = 1 on the proposal. Otherwise ``draft_logits`` = tau * log q (natural log
+of the exact count / C, rounded once to fp32; -inf off the support): vLLM divides it by tau
+and renormalises, so it sees q up to fp32 rounding of log q (exact for tau = 1 and for point
+masses). vLLM has no status output: every row comes back STATUS_OK, whatever its logits
+(the edge battery records where that differs from pp3's contract).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from pp3kernels import STATUS_OK, ChainInputs, ChainResult, ChainVerifier
 
 if TYPE_CHECKING:
     from torch import Tensor
-
-    from pp3kernels import ChainInputs
 
 
 def vllm_arguments(inputs: ChainInputs, *, draft_logits: Tensor | None = None) -> dict[str, Any]:
@@ -78,3 +88,103 @@ def chain_from_vllm(sampled: Tensor, num_sampled: Tensor) -> tuple[Tensor, Tenso
     valid = columns[None, :] < num_sampled.to(torch.int64)[:, None]
     tokens = torch.where(valid, sampled, torch.full_like(sampled, -1)).to(torch.int32)
     return tokens, (num_sampled.to(torch.int32) - 1)
+
+
+def point_mass_drafts(inputs: ChainInputs) -> bool:
+    """True when every proposal's q is the point mass on that proposal (or q is absent)."""
+    import torch
+
+    drafts = inputs.draft_tokens.to(torch.int64)
+    valid = drafts >= 0
+    if inputs.q_dense is not None:
+        q = inputs.q_dense.to(torch.float64)
+        mass = q.gather(2, drafts.clamp(min=0).unsqueeze(2)).squeeze(2)
+        return bool(torch.where(valid, mass == 1, torch.ones_like(valid)).all())
+    if inputs.q_ids is None or inputs.q_counts is None:
+        return True
+    on_draft = (inputs.q_ids.to(torch.int64) == drafts.unsqueeze(2)) & (inputs.q_counts > 0)
+    full = (inputs.q_counts.to(torch.int64) * on_draft).sum(dim=2) == int(inputs.denominator or 0)
+    return bool(torch.where(valid, full, torch.ones_like(valid)).all())
+
+
+def draft_logits_from_q(inputs: ChainInputs) -> Tensor:
+    """vLLM's ``draft_logits`` [B, K, V] fp32 for pp3's q: tau * log q (-inf where q = 0).
+
+    Sparse q is first made dense exactly (count / C in fp64, C a power of two), then its
+    natural log is rounded once to fp32 and scaled by tau (vLLM divides by tau again; T0
+    rows keep log q, which vLLM does not read). Without q, point masses on the proposals.
+    """
+    import torch
+
+    logits = inputs.logits
+    batch, rows, vocab = (int(size) for size in logits.shape)
+    depth = rows - 1
+    device = logits.device
+    if inputs.q_dense is not None:
+        dense = inputs.q_dense.to(device=device, dtype=torch.float64)
+    elif inputs.q_ids is not None and inputs.q_counts is not None and inputs.denominator:
+        dense = torch.zeros(batch, depth, vocab, dtype=torch.float64, device=device)
+        ids = inputs.q_ids.to(device=device, dtype=torch.int64)
+        weights = inputs.q_counts.to(device=device, dtype=torch.float64) / inputs.denominator
+        weights = torch.where(ids >= 0, weights, torch.zeros_like(weights))  # -1: padding
+        dense.scatter_add_(2, ids.clamp(min=0), weights)
+    else:
+        dense = torch.zeros(batch, depth, vocab, dtype=torch.float64, device=device)
+        drafts = inputs.draft_tokens.to(device=device, dtype=torch.int64)
+        dense.scatter_(2, drafts.clamp(min=0).unsqueeze(2), 1.0)
+    log_q = torch.log(dense).to(torch.float32)
+    tau = inputs.temperature.to(device=device, dtype=torch.float32)
+    scale = torch.where(tau > 0, tau, torch.ones_like(tau))
+    scaled = torch.where(torch.isfinite(log_q), log_q * scale[:, None, None], log_q)
+    return scaled.contiguous()
+
+
+class VllmMrv2Verifier:
+    """vLLM MRV2's ``rejection_sample`` as a ``pp3kernels.ChainVerifier`` (module docstring).
+
+    ``rejection_sample`` is the pinned overlay's function, or in tests a stand-in with its
+    signature.
+    """
+
+    def __init__(self, rejection_sample: Callable[..., Any]) -> None:
+        self.rejection_sample = rejection_sample
+
+    def __call__(
+        self,
+        logits: Tensor,
+        draft_tokens: Tensor,
+        temperature: Tensor,
+        seed: Tensor,
+        position: Tensor,
+        *,
+        q_ids: Tensor | None = None,
+        q_counts: Tensor | None = None,
+        denominator: int | None = None,
+        q_dense: Tensor | None = None,
+    ) -> ChainResult:
+        """Map pp3's inputs to vLLM's arguments, call it, map its outputs back."""
+        import torch
+
+        inputs = ChainInputs(
+            logits,
+            draft_tokens,
+            temperature,
+            seed,
+            position,
+            q_ids=q_ids,
+            q_counts=q_counts,
+            denominator=denominator,
+            q_dense=q_dense,
+        )
+        draft_logits = None if point_mass_drafts(inputs) else draft_logits_from_q(inputs)
+        sampled, num_sampled = self.rejection_sample(
+            **vllm_arguments(inputs, draft_logits=draft_logits)
+        )
+        tokens, accepted = chain_from_vllm(sampled, num_sampled)
+        status = torch.full_like(accepted, STATUS_OK, dtype=torch.int8)
+        return ChainResult(tokens, accepted, status)
+
+
+def vllm_verifier(rejection_sample: Callable[..., Any]) -> ChainVerifier:
+    """``VllmMrv2Verifier`` typed as the one verifier interface."""
+    return VllmMrv2Verifier(rejection_sample)

@@ -1,0 +1,281 @@
+"""``--verifier`` beyond pp3's own: MODULE:FUNCTION, the vLLM MRV2 and FlashInfer adapters
+(against pure-torch stand-ins with the real signatures), the edge battery's "differs", and
+``--pair-with``. All on the smoke profile, pure torch (no Triton), seconds each."""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from pp3cli.evidence.family import recompute_qualification
+from pp3cli.evidence.pairing import homogeneity_tests
+from pp3cli.evidence.profiles import PROFILES, Profile
+from pp3cli.evidence.qualify import QualificationReport, run_qualification
+from pp3cli.evidence.stats import g_test_homogeneity
+from pp3cli.run.errors import EnvironmentProblem, UsageProblem
+from pp3cli.verifiers import flashinfer as flashinfer_adapter
+from pp3cli.verifiers import vllm_mrv2
+from pp3cli.verifiers.external import check_signature, is_module_spec
+from pp3cli.verifiers.flashinfer import flashinfer_arguments, flashinfer_verifier
+from pp3cli.verifiers.registry import resolve_spec
+from pp3cli.verifiers.vllm_mrv2 import draft_logits_from_q, point_mass_drafts, vllm_verifier
+from pp3kernels import ChainInputs, ChainVerifier, reference_verify_chain
+
+HERE = Path(__file__).resolve().parent
+SMOKE = PROFILES["smoke"]
+PAIRED = Profile("paired-test", requests=1000, tv=None, batch=512, n_greedy=400, repeats=8)
+ALPHA = 1e-5
+
+
+@pytest.fixture(scope="module", autouse=True)
+def importable() -> Iterator[None]:
+    """tests/verifiers on sys.path, as a user's module folder would be."""
+    sys.path.insert(0, str(HERE))
+    yield
+    sys.path.remove(str(HERE))
+
+
+def _qualify(
+    verifier: ChainVerifier, profile: Profile = SMOKE, **kwargs: Any
+) -> QualificationReport:
+    return run_qualification(
+        profile, verifier=verifier, device="cpu", alpha=ALPHA, seed=5, **kwargs
+    )
+
+
+def _predicate(report: QualificationReport) -> dict[str, Any]:
+    return {"data": report.to_json(), "parameters": {"alpha": ALPHA}, "verdict": report.verdict}
+
+
+# ---------------------------------------------------------------- MODULE:FUNCTION
+
+
+def test_module_spec_form() -> None:
+    assert is_module_spec("pkg.mod:verify") and is_module_spec("m:f")
+    for text in ("m", "m:", ":f", "m:f:g", "m.:f", "1m:f", "m:f()"):
+        assert not is_module_spec(text), text
+
+
+def test_resolve_module_verifier_names_its_source(tmp_path: Path) -> None:
+    resolved = resolve_spec("toy_verifiers:exact", root=HERE.parent.parent)
+    assert not resolved.own and resolved.details == {
+        "kind": "module",
+        "entry": "toy_verifiers:exact",
+    }
+    assert list(resolved.sources) == ["tests/verifiers/toy_verifiers.py"]
+    outside = resolve_spec("toy_verifiers:exact", root=tmp_path)
+    assert list(outside.sources) == [str(HERE / "toy_verifiers.py")]
+
+
+@pytest.mark.parametrize(
+    ("spec", "error", "fragment"),
+    [
+        ("no_such_module_pp3:f", EnvironmentProblem, "cannot import no_such_module_pp3"),
+        ("toy_verifiers:missing", UsageProblem, "has no attribute 'missing'"),
+        ("toy_verifiers:DENOMINATOR", UsageProblem, "not callable"),
+        ("os.path:join", UsageProblem, "does not accept the verifier call"),
+        ("not a verifier", UsageProblem, "MODULE:FUNCTION"),
+    ],
+)
+def test_bad_module_specs_are_refused(spec: str, error: type[Exception], fragment: str) -> None:
+    with pytest.raises(error, match=fragment):
+        resolve_spec(spec, root=HERE)
+
+
+def test_signature_check_accepts_kwargs_and_refuses_missing_keywords() -> None:
+    def loose(a: object, b: object, c: object, d: object, e: object, **rest: object) -> None:
+        return None
+
+    def no_q(logits: object, drafts: object, tau: object, seed: object, position: object) -> None:
+        return None
+
+    check_signature(loose, "loose")
+    with pytest.raises(UsageProblem, match="q_ids"):
+        check_signature(no_q, "no_q")
+
+
+def test_exact_module_verifier_passes_and_edges_meet_the_contract() -> None:
+    verifier = resolve_spec("toy_verifiers:exact", root=HERE).verifier
+    report = _qualify(verifier, controls=None, edge_decides=False)
+    assert report.verdict == "PASS", (report.family.rejected, report.greedy, report.edge)
+    assert report.edge_summary()["differs"] == []
+    assert recompute_qualification(_predicate(report)) == ("PASS", [])
+
+
+def test_planted_bug_module_verifier_fails_on_the_law() -> None:
+    """Ignoring q is caught by the G-tests (not by the edge battery, which does not decide)."""
+    verifier = resolve_spec("toy_verifiers:ignores_q", root=HERE).verifier
+    report = _qualify(verifier, controls=None, edge_decides=False)
+    assert report.verdict == "FAIL"
+    assert not report.family.passed and report.family.rejected
+    assert recompute_qualification(_predicate(report))[0] == "FAIL"
+
+
+# ---------------------------------------------------------------- peers' adapters
+
+
+def test_vllm_adapter_on_the_stand_in_passes_and_records_what_differs() -> None:
+    import stand_ins
+
+    report = _qualify(vllm_verifier(stand_ins.rejection_sample), edge_decides=False)
+    assert report.verdict == "PASS", (report.family.rejected, report.greedy)
+    differs = report.edge_summary()["differs"]
+    # No status output: poisoned logits still emit a token; its RNG is not per request.
+    assert {"nan_logits", "posinf_logits", "all_masked_logits"} <= set(differs)
+    data = report.to_json()
+    assert data["edge_decides"] is False and data["edge_summary"]["differs"] == differs
+    assert recompute_qualification(_predicate(report)) == ("PASS", [])
+    # The same outcomes would FAIL a verifier whose edge battery decides (pp3's own).
+    decided = _predicate(report)
+    decided["data"]["edge_decides"] = True
+    assert recompute_qualification(decided)[0] == "FAIL"
+
+
+def test_vllm_adapter_that_dropped_q_would_fail(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The smoke battery sees an adapter that sends every draft as one-hot."""
+    import stand_ins
+
+    monkeypatch.setattr(vllm_mrv2, "point_mass_drafts", lambda inputs: True)
+    report = _qualify(vllm_verifier(stand_ins.rejection_sample), edge_decides=False)
+    assert report.verdict == "FAIL" and not report.family.passed
+
+
+def test_vllm_draft_logits_are_tau_log_q() -> None:
+    logits = torch.zeros(2, 3, 4)
+    drafts = torch.tensor([[1, -1], [2, 3]], dtype=torch.int32)
+    ids = torch.tensor([[[1, 2], [-1, -1]], [[2, 0], [3, 0]]], dtype=torch.int32)
+    counts = torch.tensor([[[3, 1], [0, 0]], [[4, 0], [4, 0]]], dtype=torch.int32)
+    inputs = ChainInputs(
+        logits,
+        drafts,
+        torch.tensor([2.0, 0.0]),
+        torch.zeros(2, dtype=torch.int64),
+        torch.zeros(2, dtype=torch.int64),
+        q_ids=ids,
+        q_counts=counts,
+        denominator=4,
+    )
+    assert not point_mass_drafts(inputs)
+    draft = draft_logits_from_q(inputs)
+    assert draft.shape == (2, 2, 4) and draft.dtype == torch.float32
+    expected = torch.tensor([-math_inf(), 2 * np.log(0.75), 2 * np.log(0.25), -math_inf()])
+    assert torch.equal(draft[0, 0], expected.float())
+    assert torch.equal(draft[1, 0], torch.tensor([-math_inf(), -math_inf(), 0.0, -math_inf()]))
+    point = ChainInputs(*inputs.select(slice(1, 2)).__dict__.values())
+    assert point_mass_drafts(point)
+
+
+def math_inf() -> float:
+    return float("inf")
+
+
+def test_flashinfer_adapter_on_the_stand_in_passes() -> None:
+    import stand_ins
+
+    report = _qualify(flashinfer_verifier(stand_ins.chain_speculative_sampling), edge_decides=False)
+    assert report.verdict == "PASS", (report.family.rejected, report.greedy)
+
+
+def test_flashinfer_arguments_map_invalid_proposals_to_a_rejected_pad() -> None:
+    logits = torch.tensor([[[0.0, 1.0, 1.0], [2.0, 0.0, 0.0]]])
+    drafts = torch.tensor([[-1]], dtype=torch.int32)
+    draft, proposals, target = flashinfer_arguments(
+        logits.expand(2, 2, 3),
+        drafts.expand(2, 1),
+        torch.tensor([1.0, 0.0]),
+        q_ids=None,
+        q_counts=None,
+        denominator=None,
+        q_dense=None,
+    )
+    assert proposals.tolist() == [[3], [3]]  # the pad id V
+    assert draft[:, 0].tolist() == [[0.0, 0.0, 0.0, 1.0]] * 2
+    assert bool((target[..., 3] == 0).all())  # p(pad) = 0: rejected with certainty
+    assert target[1].tolist() == [[0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]]  # T0: lowest id
+    assert torch.allclose(target[0, 0, :3], torch.softmax(logits[0, 0], dim=-1))
+
+
+def test_flashinfer_needs_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "flashinfer", None)
+    with pytest.raises(EnvironmentProblem, match="flashinfer-python"):
+        flashinfer_adapter.load_chain_speculative_sampling()
+
+
+def test_vllm_without_an_overlay_says_how_to_get_one(tmp_path: Path) -> None:
+    with pytest.raises(EnvironmentProblem, match="pp3 overlay fetch"):
+        resolve_spec("vllm-mrv2", root=HERE, overlay_candidates=[tmp_path / "none"])
+
+
+# ---------------------------------------------------------------- --pair-with
+
+
+def test_homogeneity_g_test_accepts_one_law_and_rejects_two() -> None:
+    rng = np.random.default_rng(7)
+    law = np.array([0.5, 0.3, 0.15, 0.05])
+    a = np.bincount(rng.choice(4, 20_000, p=law), minlength=4)
+    b = np.bincount(rng.choice(4, 20_000, p=law), minlength=4)
+    c = np.bincount(rng.choice(4, 20_000, p=[0.45, 0.35, 0.15, 0.05]), minlength=4)
+    same = g_test_homogeneity("same", a.tolist(), b.tolist())
+    other = g_test_homogeneity("other", a.tolist(), c.tolist())
+    assert same.df == 3 and same.p_value > 1e-3
+    assert other.p_value < 1e-5
+    # Sparse outcomes pool (in index order) until every arm expects >= 20.
+    pooled = g_test_homogeneity("pooled", [100, 30, 2, 1, 0], [90, 35, 6, 2, 1])
+    assert pooled.cells == 2 and pooled.df == 1
+
+
+def test_pairing_with_an_exact_verifier_passes_and_joins_the_holm_family() -> None:
+    import toy_verifiers
+
+    report = _qualify(
+        reference_verify_chain, PAIRED, controls=None, pair_with=("exact", toy_verifiers.exact)
+    )
+    assert report.pairing is not None and report.verdict == "PASS"
+    assert report.pairing.t0 == PAIRED.n_greedy and report.pairing.t0_mismatches == 0
+    names = {test.name for test in report.pairing.tests}
+    assert "pair/sparse_tails/accepted" in names and "pair/sparse_tails/final" in names
+    assert names <= set(report.family.adjusted)  # one Holm family
+    assert len(report.family.adjusted) == len(report.members) + len(names)
+    assert recompute_qualification(_predicate(report)) == ("PASS", [])
+
+
+def test_pairing_catches_a_t0_tie_bug_and_tampered_counts() -> None:
+    import toy_verifiers
+
+    report = _qualify(reference_verify_chain, pair_with=("ties", toy_verifiers.highest_id_on_ties))
+    assert report.pairing is not None and report.pairing.t0_mismatches > 0
+    assert report.greedy.mismatches == 0  # the judged verifier itself is exact
+    assert report.verdict == "FAIL"
+    predicate = _predicate(report)
+    verdict, problems = recompute_qualification(predicate)
+    assert verdict == "FAIL" and problems == []
+    tampered = _predicate(report)
+    test = tampered["data"]["pairing"]["tests"][0]
+    test["first"][0] += 50
+    verdict, problems = recompute_qualification(tampered)
+    assert verdict == "FAIL" and any("stored statistic" in p for p in problems)
+
+
+def test_homogeneity_tests_pair_by_name() -> None:
+    first = {"x": np.array([30, 30]), "only": np.array([1])}
+    second = {"x": np.array([31, 29])}
+    (record,) = homogeneity_tests(first, second)
+    assert record.name == "x" and record.first == (30, 30) and record.second == (31, 29)
+
+
+def test_flashinfer_law_files_are_digested(tmp_path: Path) -> None:
+    (tmp_path / "data" / "csrc").mkdir(parents=True)
+    (tmp_path / "sampling.py").write_bytes(b"py")
+    (tmp_path / "data" / "csrc" / "sampling.cu").write_bytes(b"cu")
+    digests = flashinfer_adapter.law_digests(tmp_path)
+    assert digests == {
+        "sampling.py": hashlib.sha256(b"py").hexdigest(),
+        "data/csrc/sampling.cu": hashlib.sha256(b"cu").hexdigest(),
+    }
