@@ -139,6 +139,13 @@ def draft_logits_from_q(inputs: ChainInputs) -> Tensor:
     return scaled.contiguous()
 
 
+# The adapter hands vLLM at most this many logits (requests x (K+1) x V) per call: the dense
+# draft logits it builds from q ([requests, K, V], fp64 then fp32) and vLLM's tempered copy
+# of the target logits stay a few GiB whatever the batch. vLLM draws each request's
+# randomness from its own seed and positions, so slicing the batch changes no output.
+ADAPTER_CHUNK_ELEMENTS = 1 << 27
+
+
 class VllmMrv2Verifier:
     """vLLM MRV2's ``rejection_sample`` as a ``pp3kernels.ChainVerifier`` (module docstring).
 
@@ -176,11 +183,19 @@ class VllmMrv2Verifier:
             denominator=denominator,
             q_dense=q_dense,
         )
-        draft_logits = None if point_mass_drafts(inputs) else draft_logits_from_q(inputs)
-        sampled, num_sampled = self.rejection_sample(
-            **vllm_arguments(inputs, draft_logits=draft_logits)
-        )
-        tokens, accepted = chain_from_vllm(sampled, num_sampled)
+        one_hot = point_mass_drafts(inputs)
+        batch, rows, vocab = (int(size) for size in logits.shape)
+        step = max(1, ADAPTER_CHUNK_ELEMENTS // (rows * vocab))
+        parts = []
+        for start in range(0, max(batch, 1), step):
+            part = inputs.select(slice(start, start + step))
+            draft_logits = None if one_hot else draft_logits_from_q(part)
+            sampled, num_sampled = self.rejection_sample(
+                **vllm_arguments(part, draft_logits=draft_logits)
+            )
+            parts.append(chain_from_vllm(sampled, num_sampled))
+        tokens = torch.cat([tokens for tokens, _ in parts])
+        accepted = torch.cat([accepted for _, accepted in parts])
         status = torch.full_like(accepted, STATUS_OK, dtype=torch.int8)
         return ChainResult(tokens, accepted, status)
 

@@ -279,3 +279,32 @@ def test_flashinfer_law_files_are_digested(tmp_path: Path) -> None:
         "sampling.py": hashlib.sha256(b"py").hexdigest(),
         "data/csrc/sampling.cu": hashlib.sha256(b"cu").hexdigest(),
     }
+
+
+def test_vllm_adapter_slices_large_batches_and_keeps_request_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The adapter calls vLLM on bounded slices of the batch; outputs come back in order."""
+    calls: list[int] = []
+
+    def per_request(**kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        seed = kwargs["seed"]
+        rows = kwargs["num_speculative_steps"] + 1
+        calls.append(int(seed.shape[0]))
+        sampled = (seed[:, None] + torch.arange(rows)) % kwargs["target_logits"].shape[1]
+        return sampled, (seed % rows + 1).to(torch.int32)
+
+    batch, depth, vocab = 23, 2, 5
+    inputs = ChainInputs(
+        torch.zeros(batch, depth + 1, vocab),
+        torch.zeros(batch, depth, dtype=torch.int32),
+        torch.ones(batch),
+        torch.arange(batch, dtype=torch.int64) * 7,
+        torch.zeros(batch, dtype=torch.int64),
+    )
+    whole = inputs.verify_with(vllm_verifier(per_request))
+    assert calls == [batch]
+    monkeypatch.setattr(vllm_mrv2, "ADAPTER_CHUNK_ELEMENTS", 4 * (depth + 1) * vocab)
+    sliced = inputs.verify_with(vllm_verifier(per_request))
+    assert calls[1:] == [4, 4, 4, 4, 4, 3]
+    assert all(torch.equal(a, b) for a, b in zip(whole, sliced, strict=True))
