@@ -9,6 +9,7 @@ in a fraction of a second and run where torch is not installed.
 from __future__ import annotations
 
 import sys
+import traceback
 from pathlib import Path
 from typing import Annotated
 
@@ -21,7 +22,7 @@ from pp3cli.cli.overlay import overlay_fetch_command, overlay_verify_command
 from pp3cli.cli.probe import probe_command
 from pp3cli.cli.qualify import qualify_command
 from pp3cli.cli.verify_receipts import verify_receipts_command
-from pp3cli.run.errors import Pp3Error
+from pp3cli.run.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, Pp3Error
 from pp3cli.run.settings import DEFAULT_RECEIPTS, Settings, default_scratch
 
 app = typer.Typer(
@@ -31,6 +32,10 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+
+
+# The settings the root callback parsed in this process, for main()'s crash report.
+_parsed: list[Settings] = []
 
 
 def _version(value: bool) -> None:
@@ -62,6 +67,7 @@ def root(
 ) -> None:
     """pp3: qualify, oracle, probe, verify-receipts, clean-scratch."""
     ctx.obj = Settings(scratch=scratch or default_scratch(), receipts=receipts)
+    _parsed.append(ctx.obj)
 
 
 app.command("qualify")(qualify_command)
@@ -81,10 +87,54 @@ overlay_app.command("verify")(overlay_verify_command)
 app.add_typer(overlay_app)
 
 
+def save_traceback(text: str) -> Path:
+    """Write a crash's traceback under the scratch root and return its path.
+
+    It goes into a new marked run folder ``<scratch>/runs/crash-<stamp>-<hex>/traceback.txt``
+    (so ``clean-scratch`` removes it); when the scratch root itself is unusable, into a
+    fresh ``pp3-crash-*.txt`` in the system's temporary folder.
+    """
+    import tempfile
+
+    from pp3cli.run.scratch import new_run_dir
+
+    settings = _parsed[-1] if _parsed else Settings(default_scratch(), DEFAULT_RECEIPTS)
+    try:
+        path = new_run_dir(settings, "crash") / "traceback.txt"
+        path.write_text(text, encoding="utf-8")
+    except (Pp3Error, OSError):
+        handle, name = tempfile.mkstemp(prefix="pp3-crash-", suffix=".txt")
+        with open(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        path = Path(name)
+    return path
+
+
 def main() -> None:
-    """Console entry point: Typer handles usage errors (exit 2); Pp3Error maps to its code."""
+    """Console entry point: every outcome leaves with its documented exit code.
+
+    Typer reports usage errors (2) and turns Ctrl-C into 130; ``Pp3Error`` maps to its own
+    code (1 check failed, 2 usage, 3 environment); any other exception is a bug in pp3: its
+    traceback is saved under the scratch root and the process exits 4 (never 1, which
+    would read as a failed check).
+    """
     try:
         app()
     except Pp3Error as err:
         typer.echo(f"pp3: {err}", err=True)
         sys.exit(err.exit_code)
+    except KeyboardInterrupt:  # raised outside Typer's own handler (e.g. while importing)
+        typer.echo("pp3: interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except SystemExit as exited:
+        if exited.code == EXIT_INTERRUPTED:
+            typer.echo("pp3: interrupted", err=True)
+        raise
+    except Exception as err:
+        path = save_traceback(traceback.format_exc())
+        typer.echo(
+            f"pp3: internal error (a bug in pp3, not a failed check): "
+            f"{type(err).__name__}: {err}\npp3: traceback saved to {path}",
+            err=True,
+        )
+        sys.exit(EXIT_INTERNAL)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -212,8 +213,10 @@ def test_receipted_commands_list_their_own_and_the_shared_options(command: str) 
     assert "real drafter proxy" in invoke(["qualify", "-h"])[1]  # a command's own help text
 
 
-def test_only_pp3_errors_become_exit_codes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A bug is not a usage error: a ValueError escapes main() instead of exiting 2."""
+def test_only_pp3_errors_become_exit_codes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bug exits 4 (never 1, a failed check; never 2, bad input), its traceback saved."""
     from pp3cli.cli import app as app_module
     from pp3cli.run.errors import UsageProblem
 
@@ -223,10 +226,71 @@ def test_only_pp3_errors_become_exit_codes(monkeypatch: pytest.MonkeyPatch) -> N
     def refused() -> None:
         raise UsageProblem("bad input")
 
+    monkeypatch.setenv("PP3_SCRATCH", str(tmp_path / "scratch"))
+    monkeypatch.setattr(app_module, "_parsed", [])
     monkeypatch.setattr(app_module, "app", broken)
-    with pytest.raises(ValueError, match="a bug"):
+    with pytest.raises(SystemExit) as exited:
         app_module.main()
+    assert exited.value.code == 4
+    stderr = capsys.readouterr().err
+    assert "internal error" in stderr and "ValueError: a bug, not bad input" in stderr, stderr
+    saved = Path(stderr.split("traceback saved to ")[1].strip())
+    assert saved.is_relative_to(tmp_path / "scratch" / "runs"), saved
+    assert "raise ValueError" in saved.read_text() and "Traceback" in saved.read_text()
     monkeypatch.setattr(app_module, "app", refused)
     with pytest.raises(SystemExit) as exited:
         app_module.main()
     assert exited.value.code == 2
+
+
+NAPPER = textwrap.dedent(
+    """
+    import sys, time
+    from pp3cli.cli import app as pp3_app
+
+    @pp3_app.app.command("nap")
+    def nap() -> None:
+        print("ready", flush=True)
+        time.sleep(120)
+
+    sys.argv = ["pp3", "nap"]
+    pp3_app.main()
+    """
+)
+
+
+def test_ctrl_c_exits_130_with_a_message() -> None:
+    """A real process interrupted by SIGINT exits 130 (documented), saying so on stderr."""
+    napper = subprocess.Popen(
+        [sys.executable, "-c", NAPPER], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert napper.stdout is not None
+    assert napper.stdout.readline().strip() == "ready"
+    napper.send_signal(signal.SIGINT)
+    _, stderr = napper.communicate(timeout=60)
+    assert napper.returncode == 130 and "pp3: interrupted" in stderr, (napper.returncode, stderr)
+
+
+def test_a_crash_in_a_real_process_exits_4(tmp_path: Path) -> None:
+    """An uncaught exception in a real `pp3` process: exit 4, the saved traceback named."""
+    crasher = textwrap.dedent(
+        """
+        import sys
+        from pp3cli.cli import app as pp3_app
+
+        @pp3_app.app.command("crash")
+        def crash() -> None:
+            raise ZeroDivisionError("planted")
+
+        sys.argv = ["pp3", "--scratch", sys.argv[1], "crash"]
+        pp3_app.main()
+        """
+    )
+    scratch = tmp_path / "scratch"
+    done = subprocess.run(
+        [sys.executable, "-c", crasher, str(scratch)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 4, (done.returncode, done.stderr)
+    saved = Path(done.stderr.split("traceback saved to ")[1].strip())
+    assert saved.parent.parent == scratch.resolve() / "runs" and saved.is_file(), done.stderr
+    assert "ZeroDivisionError: planted" in saved.read_text()
