@@ -24,8 +24,8 @@ HOLDER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from pp3cli.run.guard import hold_lock
-    with hold_lock(Path(sys.argv[1]), "holder-command"):
+    from pp3cli.run.locks import hold_scratch
+    with hold_scratch(Path(sys.argv[1]), "holder-command", exclusive=False):
         print("held", flush=True)
         sys.stdin.read()
     """
@@ -47,7 +47,7 @@ def folders(tmp_path: Path) -> dict[str, Path]:
 
 @pytest.fixture
 def lock_held(folders: dict[str, Path]) -> Iterator[int]:
-    """Another process holds pp3's lock in the scratch root; yields its pid."""
+    """Another process uses the scratch root (a run's shared hold); yields its pid."""
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER, str(folders["scratch"])],
         stdin=subprocess.PIPE,
@@ -94,7 +94,7 @@ def test_exit_codes_in_process(folders: dict[str, Path], lock_held: int) -> None
     code, output = invoke(["verify-receipts", "--no-such-option"])
     assert code == 2 and "No such option" in output, output
     code, output = invoke(["--scratch", scratch, "clean-scratch"])
-    assert code == 3 and f"pid {lock_held}" in output, output
+    assert code == 3 and "another pp3 is running with scratch root" in output, output
 
 
 def test_real_process_exit_codes(folders: dict[str, Path], lock_held: int) -> None:
@@ -108,7 +108,7 @@ def test_real_process_exit_codes(folders: dict[str, Path], lock_held: int) -> No
         (["--receipts", str(folders["broken"]), "verify-receipts"], 1, "not in the manifest"),
         (["--scratch", "/", "clean-scratch"], 2, "filesystem root"),
         (["clean-scratch", "--bogus"], 2, "No such option"),
-        (["--scratch", scratch, "clean-scratch"], 3, f"pid {lock_held}"),
+        (["--scratch", scratch, "clean-scratch"], 3, "another pp3 is running"),
     ]
     environment = {**os.environ, "COLUMNS": "200"}
     environment.pop("PP3_SCRATCH", None)
