@@ -174,6 +174,16 @@ def qualify_command(
         _plan_output(tv if tv is not None else 1e-3, alpha, run.json_output)
         return
 
+    def precheck(cuda: bool) -> None:
+        """Exit 3 before the guard creates anything when the selector cannot run here."""
+        from pp3kernels.runtime import is_interpreter
+
+        if not cuda and verifier is VerifierName.selector and not is_interpreter():
+            raise EnvironmentProblem(
+                "no GPU and TRITON_INTERPRET is not 1: on a CPU machine the Triton selector runs "
+                "in Triton's interpreter; run `TRITON_INTERPRET=1 pp3 qualify` (or `make qualify`)"
+            )
+
     def work(record: GuardRecord) -> Finding:
         """The guarded work: pick the profile for this machine, run, and shape the receipt."""
         from rich.console import Console
@@ -181,14 +191,8 @@ def qualify_command(
         from pp3cli.evidence.qualify import run_qualification
         from pp3cli.verifiers.registry import planted_defect_controls, resolve_verifier
         from pp3cli.wire.proxy import ProxyDraftTransport
-        from pp3kernels.runtime import is_interpreter
 
         cuda = record.cuda_available
-        if not cuda and verifier is VerifierName.selector and not is_interpreter():
-            raise EnvironmentProblem(
-                "no GPU and TRITON_INTERPRET is not 1: on a CPU machine the Triton selector runs "
-                "in Triton's interpreter; run `TRITON_INTERPRET=1 pp3 qualify` (or `make qualify`)"
-            )
         chosen: Profile = PROFILES[profile or ("strict" if cuda else "seed")]
         controls = planted_defect_controls()
         device = "cuda" if cuda else "cpu"
@@ -231,4 +235,6 @@ def qualify_command(
         }
         return Finding(parameters, data, report.verdict, summary=_summary(report))
 
-    run_receipted("qualify", settings, run, work, kind="qualification", require_gpu=False)
+    run_receipted(
+        "qualify", settings, run, work, kind="qualification", require_gpu=False, precheck=precheck
+    )

@@ -14,7 +14,7 @@ import importlib.metadata
 import os
 import platform
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -202,19 +202,21 @@ def guarded(
     *,
     require_gpu: bool,
     device: int | str | None = None,
+    precheck: Callable[[bool], None] | None = None,
 ) -> Iterator[GuardRecord]:
     """Run the block under pp3's device lock with affinity, nice and threads applied.
 
     ``device`` is the CUDA device this process works on (torch index or ``GPU-<uuid>``;
     default torch's current device): each rank of a distributed run passes its own and so
-    locks its own GPU. Without a GPU the lock is the host's.
+    locks its own GPU. Without a GPU the lock is the host's. ``precheck(cuda_available)`` is
+    the command's own check of the machine (raising EnvironmentProblem or UsageProblem).
 
-    Order: GPU present if ``require_gpu`` -> the device lock (EnvironmentProblem at once if
-    held) and a shared hold on the scratch root -> power limit read, compared with
-    ``expect_power_limit`` (EnvironmentProblem before any work) -> the run folder ->
-    affinity, nice, threads -> block. Nothing is created in scratch before every check
-    has passed. On exit the power limit is read again and the
-    affinity, thread variables and torch threads are restored (niceness cannot be lowered
+    Order: GPU present if ``require_gpu`` -> ``precheck`` -> the device lock
+    (EnvironmentProblem at once if held) -> power limit read, compared with
+    ``expect_power_limit`` (EnvironmentProblem) -> the scratch root, held shared -> the run
+    folder -> affinity, nice, threads -> block: nothing is created in scratch before every
+    check has passed. On exit the power limit is read again and the affinity, thread
+    variables and torch threads are restored (niceness cannot be lowered
     by an unprivileged process, so it stays).
     """
     cpus = _checked_cpus(options.cpus) if options.cpus is not None else None
@@ -228,11 +230,11 @@ def guarded(
             f"no GPU: {command} needs a CUDA GPU and torch {torch.__version__} sees none "
             f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})"
         )
+    if precheck is not None:
+        precheck(cuda_available)
     lock_name = device_lock_name(device, cuda_available=cuda_available)
     with ExitStack() as held:
         lock_path = held.enter_context(hold_device(lock_name, command))
-        root = ensure_scratch(settings)
-        held.enter_context(hold_scratch(root, command, exclusive=False))
         before = read_power(cuda_available)
         if options.expect_power_limit is not None:
             actual = before.limit_w
@@ -247,6 +249,8 @@ def guarded(
                     "(--expect-power-limit); pp3 never changes it: set it yourself or drop "
                     "the option"
                 )
+        root = ensure_scratch(settings)
+        held.enter_context(hold_scratch(root, command, exclusive=False))
         saved_affinity = os.sched_getaffinity(0)
         saved_env = {name: os.environ.get(name) for name in THREAD_VARIABLES}
         saved_threads = torch.get_num_threads()

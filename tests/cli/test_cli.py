@@ -294,3 +294,45 @@ def test_a_crash_in_a_real_process_exits_4(tmp_path: Path) -> None:
     saved = Path(done.stderr.split("traceback saved to ")[1].strip())
     assert saved.parent.parent == scratch.resolve() / "runs" and saved.is_file(), done.stderr
     assert "ZeroDivisionError: planted" in saved.read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "fragment"),
+    [
+        (["oracle", "--device", "tpu"], 2, "--device 'tpu'"),
+        (["oracle", "--device", "cuda"], 3, "no GPU"),
+        (["probe"], 3, "no GPU"),
+        (["qualify", "--profile", "smoke"], 3, "TRITON_INTERPRET is not 1"),
+        (["oracle", "--device", "cpu", "--expect-power-limit", "700"], 3, "power limit"),
+        (["qualify", "--alpha", "2"], 2, "--alpha 2"),
+    ],
+)
+def test_nothing_is_created_before_validation_passes(
+    args: list[str], code: int, fragment: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding 6: a refused command leaves no run folder (nor any scratch root) behind."""
+    import pynvml
+    import torch
+
+    import pp3kernels.runtime
+
+    def no_nvml() -> None:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(pp3kernels.runtime, "is_interpreter", lambda: False)
+    monkeypatch.setattr(pynvml, "nvmlInit", no_nvml)
+    scratch, receipts = tmp_path / "scratch", tmp_path / "receipts"
+    found, output = invoke(["--scratch", str(scratch), "--receipts", str(receipts), *args])
+    assert found == code and fragment in output, output
+    assert not scratch.exists() and not receipts.exists(), sorted(tmp_path.rglob("*"))
+
+
+def test_a_held_device_lock_creates_nothing(tmp_path: Path) -> None:
+    from pp3cli.run.locks import device_lock_name, hold_device
+
+    scratch = tmp_path / "scratch"
+    with hold_device(device_lock_name(None, cuda_available=False), "holder"):
+        found, output = invoke(["--scratch", str(scratch), "oracle", "--device", "cpu"])
+    assert found == 3 and "in use by another pp3" in output, output
+    assert not scratch.exists()
