@@ -8,12 +8,14 @@ in a fraction of a second and run where torch is not installed.
 
 from __future__ import annotations
 
+import difflib
 import sys
 import traceback
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from pp3cli import __version__
 from pp3cli.cli.clean_scratch import clean_scratch_command
@@ -25,12 +27,73 @@ from pp3cli.cli.verify_receipts import verify_receipts_command
 from pp3cli.run.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, Pp3Error
 from pp3cli.run.settings import DEFAULT_RECEIPTS, Settings, default_scratch
 
+
+def _bare_flags(params: list[Any]) -> list[Any]:
+    """Help lists a yes/no flag bare (``--json``), not as ``--json <bool>``."""
+    for param in params:
+        if getattr(param, "is_flag", False):
+            param.metavar = ""
+    return params
+
+
+def unknown_option_hint(option: str, command: str, own: list[str], top_level: list[str]) -> str:
+    """What to say about an unknown ``option`` of ``command`` (exit 2).
+
+    A top-level option given after the command is named as such; otherwise a suggestion
+    only when it is really close (difflib ratio >= 0.75, so ``--bogus`` is not offered
+    ``--cpus``), else a pointer to the command's help.
+    """
+    name = option.split("=", 1)[0]
+    if name in top_level:
+        return (
+            f"No such option: {name} — {name} is an option of pp3 itself: give it before the "
+            f"command, e.g. pp3 {name} VALUE {command}"
+        )
+    close = difflib.get_close_matches(name, own, n=3, cutoff=0.75)
+    if close:
+        return f"No such option: {name}. Did you mean {' or '.join(close)}?"
+    return f"No such option: {name}. See pp3 {command} -h for the options."
+
+
+class Pp3Command(TyperCommand):
+    """A pp3 command: yes/no flags show no type placeholder; unknown options get a sane hint."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _bare_flags(super().get_params(ctx))
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except Exception as err:  # the vendored click's NoSuchOption, which typer does not export
+            option = getattr(err, "option_name", None)
+            if not isinstance(option, str) or not hasattr(err, "possibilities"):
+                raise
+            own = [name for param in self.get_params(ctx) for name in param.opts]
+            root = ctx.find_root()
+            top = [name for param in root.command.get_params(root) for name in param.opts]
+            err.possibilities = None
+            usage: Any = err
+            usage.message = unknown_option_hint(option, ctx.info_name or "", own, top)
+            raise
+
+
+class Pp3Group(TyperGroup):
+    """pp3 and its command groups: yes/no flags show no type placeholder in help."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _bare_flags(super().get_params(ctx))
+
+
 app = typer.Typer(
     name="pp3",
+    cls=Pp3Group,
     help="Prove a speculative-decoding verifier exactly lossless, and time it.",
     context_settings={"help_option_names": ["-h", "--help"]},
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Markdown joins a docstring paragraph's lines, so help text reflows to the terminal
+    # instead of breaking wherever the source line ended.
+    rich_markup_mode="markdown",
 )
 
 
@@ -70,20 +133,22 @@ def root(
     _parsed.append(ctx.obj)
 
 
-app.command("qualify")(qualify_command)
-app.command("oracle")(oracle_command)
-app.command("probe")(probe_command)
-app.command("verify-receipts")(verify_receipts_command)
-app.command("clean-scratch")(clean_scratch_command)
+app.command("qualify", cls=Pp3Command)(qualify_command)
+app.command("oracle", cls=Pp3Command)(oracle_command)
+app.command("probe", cls=Pp3Command)(probe_command)
+app.command("verify-receipts", cls=Pp3Command)(verify_receipts_command)
+app.command("clean-scratch", cls=Pp3Command)(clean_scratch_command)
 
 overlay_app = typer.Typer(
     name="overlay",
+    cls=Pp3Group,
     help="The pinned vLLM 0.33.0 rejection-sampler overlay (the probe's peer comparator).",
     context_settings={"help_option_names": ["-h", "--help"]},
     no_args_is_help=True,
+    rich_markup_mode="markdown",
 )
-overlay_app.command("fetch")(overlay_fetch_command)
-overlay_app.command("verify")(overlay_verify_command)
+overlay_app.command("fetch", cls=Pp3Command)(overlay_fetch_command)
+overlay_app.command("verify", cls=Pp3Command)(overlay_verify_command)
 app.add_typer(overlay_app)
 
 

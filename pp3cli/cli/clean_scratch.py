@@ -17,7 +17,9 @@ def clean_scratch_command(
     ] = False,
     bytecode: Annotated[
         bool,
-        typer.Option("--bytecode", help="Also remove __pycache__ and *.pyc in the project tree."),
+        typer.Option(
+            "--bytecode", help="Also remove `__pycache__` and `*.pyc` in the project tree."
+        ),
     ] = False,
 ) -> None:
     """Remove pp3's run folders, its private tmux server and (--bytecode) project bytecode.

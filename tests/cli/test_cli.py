@@ -9,6 +9,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -336,3 +337,49 @@ def test_a_held_device_lock_creates_nothing(tmp_path: Path) -> None:
         found, output = invoke(["--scratch", str(scratch), "oracle", "--device", "cpu"])
     assert found == 3 and "in use by another pp3" in output, output
     assert not scratch.exists()
+
+
+HELP_PAGES = (
+    [], ["qualify"], ["oracle"], ["probe"], ["verify-receipts"], ["clean-scratch"],
+    ["overlay"], ["overlay", "fetch"], ["overlay", "verify"],
+)  # fmt: skip
+
+
+def _help(command: list[str], columns: int) -> str:
+    result = CliRunner().invoke(app, [*command, "-h"], env={"COLUMNS": str(columns)})
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.mark.parametrize("command", HELP_PAGES, ids=lambda c: " ".join(c) or "pp3")
+def test_help_shows_no_bool_placeholders_and_reflows_paragraphs(command: list[str]) -> None:
+    """Finding 7: no `<bool>` on yes/no flags; a docstring paragraph is one line when wide."""
+    import inspect
+
+    from typer.main import get_command
+
+    output = _help(command, 400)
+    assert "<bool>" not in output, output
+    target: Any = get_command(app)
+    for name in command:
+        target = target.get_command(None, name)
+    for paragraph in inspect.cleandoc(target.help or "").split("\n\n"):
+        flat = " ".join(paragraph.split())
+        assert any(flat in line for line in output.splitlines()), (
+            f"help paragraph broken across lines:\n{paragraph}\n---\n{output}"
+        )
+
+
+@pytest.mark.parametrize(
+    ("args", "wanted", "unwanted"),
+    [
+        (["qualify", "--bogus"], "See pp3 qualify -h", "--cpus"),
+        (["qualify", "--cpu", "3"], "Did you mean --cpus?", "Possible options"),
+        (["verify-receipts", "--receipts", "x"], "option of pp3 itself", "Possible options"),
+        (["verify-receipts", "--scratch", "x"], "pp3 --scratch VALUE verify-receipts", "Did you"),
+    ],
+)
+def test_unknown_options_get_a_sane_hint(args: list[str], wanted: str, unwanted: str) -> None:
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "300"})
+    assert result.exit_code == 2, result.output
+    assert wanted in result.output and unwanted not in result.output, result.output
