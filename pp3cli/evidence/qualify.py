@@ -16,6 +16,7 @@ Design (docs/method.md "Targets", docs/qualify.md):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -105,7 +106,8 @@ def target_inputs(
 
     Request r has position (target_index << 40) + 8 r; logits and q are one small table
     expanded with batch stride 0; drafts are drawn from q, row ``invalid_row`` set to -1 for
-    odd r.
+    odd r. q is sparse here whatever the target's ``q_form``: ``as_target_form`` turns it
+    dense for a dense target (after the drafter proxy, which carries integer q only).
     """
     device = index.device
     b, k = index.shape[0], target.k
@@ -129,6 +131,22 @@ def target_inputs(
         q_counts=counts,
         denominator=target.denominator,
     )
+
+
+def as_target_form(target: ToyTarget, inputs: ChainInputs) -> ChainInputs:
+    """The inputs with q in the target's form: unchanged for sparse, q_dense for dense.
+
+    Dense q is count / C in fp32 (exact: C is a power of two), scattered per request from
+    the sparse q the inputs carry (padding slots, count 0, add nothing).
+    """
+    if target.q_form == "sparse" or inputs.q_ids is None or inputs.q_counts is None:
+        return inputs
+    batch = inputs.draft_tokens.shape[0]
+    ids = inputs.q_ids.long()
+    weights = inputs.q_counts.to(torch.float32) / float(target.denominator)
+    dense = torch.zeros(batch, target.k, target.vocab, dtype=torch.float32, device=ids.device)
+    dense.scatter_add_(-1, ids.clamp(min=0), torch.where(ids >= 0, weights, 0.0))
+    return dataclasses.replace(inputs, q_ids=None, q_counts=None, denominator=None, q_dense=dense)
 
 
 # ---------------------------------------------------------------------------- greedy
@@ -353,6 +371,7 @@ class Battery:
             inputs = target_inputs(target, index, seed=self.seed, target_index=target_index)
             if transport is not None:
                 inputs = transport(inputs, index, target_index, target.vocab)
+            inputs = as_target_form(target, inputs)
             for name, values in count_members(target, inputs.verify_with(verifier)).items():
                 totals[name] = totals[name] + values if name in totals else values
             if progress is not None:

@@ -7,9 +7,14 @@ sampler (``pp3kernels.sample_drafts``), so their law is exactly q. For a share o
 requests (odd request index) one draft row may be invalidated (set to -1).
 
 Logits realise p at temperature tau: l_v = tau * ln p_v in fp32 (p_v = 0 -> -inf), so
-softmax(l / tau) = p up to fp32 rounding. Every tau is a power of two, so l / tau
-recovers fp32(ln p_v) exactly and the only rounding is that of ln, exp and the sum
-(``rounding_gap`` measures it in fp64; a few 1e-8 in total variation). A row whose
+softmax(l / tau) = p up to fp32 rounding. For a power-of-two tau, l / tau recovers
+fp32(ln p_v) exactly and the only rounding is that of ln, exp and the sum; any other tau
+(one target has tau = 0.7, as engines use) adds one relative rounding of 2^-24 to each
+l / tau (``rounding_gap`` measures the total in fp64: below 1e-7 in total variation).
+
+A target's q reaches the verifier in one of the two public forms (``q_form``): sparse
+integer counts (ids, counts over C), or dense q [K, V] as fp32 probabilities count / C,
+which are exact in fp32 (C is a power of two), so both forms state the same exact law. A row whose
 positive weights are all equal is written as signed zeros (+0.0, -0.0 alternating): then
 exp(l - max) = 1 exactly and the fp32 softmax is exact, which is what lets a row have
 q = p without a rounding-induced rejection.
@@ -40,7 +45,8 @@ class ToyTarget:
 
     ``weights[i][v] / 2**bits`` is p_i(v); ``draft[i]`` is a tuple of (token id, count)
     pairs over ``denominator`` (same support size S on every row); ``invalid_row`` is
-    the draft row replaced by -1 for odd request indices (None: never).
+    the draft row replaced by -1 for odd request indices (None: never); ``q_form`` is how
+    q reaches the verifier ("sparse" ids/counts or "dense" fp32 probabilities).
     """
 
     name: str
@@ -52,6 +58,7 @@ class ToyTarget:
     draft: tuple[tuple[tuple[int, int], ...], ...]
     denominator: int
     invalid_row: int | None = None
+    q_form: str = "sparse"  # how q reaches the verifier: "sparse" counts or "dense" [K, V]
 
     @property
     def k(self) -> int:
@@ -85,8 +92,10 @@ class ToyTarget:
         k, vocab = self.k, self.vocab
         if len(self.weights) != k + 1:
             raise ValueError(f"{self.name}: {len(self.weights)} target rows, expected K+1={k + 1}")
-        if self.tau <= 0 or math.log2(self.tau) != round(math.log2(self.tau)):
-            raise ValueError(f"{self.name}: tau={self.tau} must be a positive power of two")
+        if not (math.isfinite(self.tau) and self.tau > 0):
+            raise ValueError(f"{self.name}: tau={self.tau} must be positive and finite")
+        if self.q_form not in ("sparse", "dense"):
+            raise ValueError(f"{self.name}: q_form {self.q_form!r} is not 'sparse' or 'dense'")
         if self.denominator & (self.denominator - 1):
             raise ValueError(f"{self.name}: denominator {self.denominator} not a power of two")
         for i, row in enumerate(self.weights):
@@ -134,6 +143,16 @@ class ToyTarget:
                 values = [self.tau * math.log(w / total) if w > 0 else -math.inf for w in row]
             rows.append(values)
         return torch.tensor(rows, dtype=torch.float32, device=device)
+
+    def q_dense(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        """Dense draft law [K, V] fp32: count / C, exact in fp32 (C is a power of two)."""
+        import torch
+
+        return torch.tensor(
+            [[float(x) for x in self.q(i)] for i in range(self.k)],
+            dtype=torch.float32,
+            device=device,
+        )
 
     def q_tensors(self, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
         """Sparse draft law as (ids [K, S] int32, counts [K, S] int32)."""
@@ -245,11 +264,13 @@ TARGETS: tuple[ToyTarget, ...] = (
             "Tied logits written as signed zeros (+0.0/-0.0) at a flat temperature "
             "(tau = 4): rows 0 and 3 have q = p exactly (always accepted), row 1 has "
             "q = p on one token (residual exactly 0 there); row 2 is invalidated for odd "
-            "requests, so the law is an exact 1/2-1/2 mixture."
+            "requests, so the law is an exact 1/2-1/2 mixture. q is given dense, so the "
+            "verifier's dense-q path is judged by its law."
         ),
         draft_policy=(
-            "S = 4 over C = 8: uniform on the row's support where q = p; elsewhere q > p "
-            "on every proposed token. Draft row 2 is -1 for odd request indices."
+            "S = 4 over C = 8, passed as dense q [K, V] (count / 8, exact in fp32): uniform "
+            "on the row's support where q = p; elsewhere q > p on every proposed token. "
+            "Draft row 2 is -1 for odd request indices."
         ),
         tau=4.0,
         bits=4,
@@ -268,6 +289,7 @@ TARGETS: tuple[ToyTarget, ...] = (
         ),
         denominator=8,
         invalid_row=2,
+        q_form="dense",
     ),
     ToyTarget(
         name="invalidated_proposals",
@@ -291,11 +313,12 @@ TARGETS: tuple[ToyTarget, ...] = (
         name="point_mass_positions",
         purpose=(
             "Point-mass drafts (the usual engine case) with a different heavy token per "
-            "row at tau = 1/2: deep chains make the bonus row well sampled, so a bonus "
+            "row at tau = 0.7, a temperature that is not a power of two (l / tau is then "
+            "rounded too): deep chains make the bonus row well sampled, so a bonus "
             "drawn from the wrong row, a mix-up between positions or a reused coin shows."
         ),
         draft_policy="S = 1, count = C = 2^16: row i always proposes token i (p = 3/4).",
-        tau=0.5,
+        tau=0.7,
         bits=5,
         weights=(
             (24, 4, 2, 1, 1),
