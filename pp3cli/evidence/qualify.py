@@ -26,9 +26,15 @@ import numpy as np
 import torch
 
 from pp3cli.evidence.edge import EdgeResult, run_edge_battery
-from pp3cli.evidence.family import MemberRecord, judge_members, member_laws, requests_for
+from pp3cli.evidence.family import (
+    MemberRecord,
+    judge_members,
+    member_laws,
+    requests_for,
+    target_power,
+)
 from pp3cli.evidence.greedy import greedy_from_logits
-from pp3cli.evidence.profiles import MIN_REPEATS, Profile
+from pp3cli.evidence.profiles import CAPPED_REPEATS, MIN_REPEATS, Profile
 from pp3cli.evidence.stats import FamilyVerdict
 from pp3cli.evidence.targets import TARGETS, ToyTarget
 from pp3cli.evidence.verdict import battery_caught, qualification_verdict
@@ -325,6 +331,7 @@ class QualificationReport:
             "greedy": self.greedy.to_json(),
             "edge": [e.to_json() for e in self.edge],
             "controls": [c.to_json() for c in self.controls],
+            "targets": target_power(self.members, self.alpha),
             "verdict": self.verdict,
         }
 
@@ -363,10 +370,12 @@ class Battery:
     ) -> dict[str, np.ndarray]:
         """Run ``n`` requests of one target through ``verifier``; counts per member."""
         target = self.targets[target_index]
-        size = call_size(self.n, self.profile.batch, self.profile.repeats)
+        n = target.requests(self.profile.name, self.n)
+        repeats = CAPPED_REPEATS if target.capped else self.profile.repeats
+        size = call_size(n, self.profile.batch, repeats)
         totals: dict[str, np.ndarray] = {}
-        for start in range(0, self.n, size):
-            stop = min(self.n, start + size)
+        for start in range(0, n, size):
+            stop = min(n, start + size)
             index = torch.arange(start, stop, dtype=torch.int64, device=self.device)
             inputs = target_inputs(target, index, seed=self.seed, target_index=target_index)
             if transport is not None:
@@ -375,7 +384,7 @@ class Battery:
             for name, values in count_members(target, inputs.verify_with(verifier)).items():
                 totals[name] = totals[name] + values if name in totals else values
             if progress is not None:
-                progress(target.name, stop, self.n)
+                progress(target.name, stop, n)
         return totals
 
     def family(
@@ -388,7 +397,11 @@ class Battery:
         counts: dict[str, np.ndarray] = {}
         for index in range(len(self.targets)):
             counts |= self.sample(verifier, index, transport, progress)
-        laws = [law for target in self.targets for law in member_laws(target, self.n)]
+        laws = [
+            law
+            for target in self.targets
+            for law in member_laws(target, target.requests(self.profile.name, self.n))
+        ]
         return judge_members(laws, counts, self.alpha)
 
     def run(
@@ -446,12 +459,15 @@ def run_qualification(
     if not 0 < alpha < 1:
         raise ValueError(f"alpha = {alpha}: expected 0 < alpha < 1")
     dev = torch.device(device)
-    n = requests_for(profile, alpha, tv)
+    n = requests_for(profile, alpha, tv, targets)
     pairs = profile.n_greedy if n_greedy is None else n_greedy
     if pairs < 1:
         raise ValueError(f"n_greedy = {pairs}: expected at least 1")
     battery = Battery(n, pairs, dev, seed, profile, alpha, tuple(targets))
     members, family, greedy, edge = battery.run(verifier, progress=progress, transport=transport)
+    # Controls skip the capped targets (costly ones that judge the verifier only); each is
+    # still caught by the rest of the family.
+    battery = dataclasses.replace(battery, targets=tuple(t for t in targets if not t.capped))
     reports = []
     for defect, control in (controls or {}).items():
 

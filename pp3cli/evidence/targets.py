@@ -1,4 +1,4 @@
-"""The five fixed toy targets that ``pp3 qualify`` runs, with their draft policies.
+"""The fixed toy targets that ``pp3 qualify`` runs, with their draft policies.
 
 A target is a chain of K+1 target rows p_0..p_K over a small vocabulary V, each row a
 dyadic law p_i(v) = w_i(v) / 2^b (integer weights), plus K integer draft rows q_i given
@@ -59,6 +59,19 @@ class ToyTarget:
     denominator: int
     invalid_row: int | None = None
     q_form: str = "sparse"  # how q reaches the verifier: "sparse" counts or "dense" [K, V]
+    # Most requests per profile (profile name -> cap) for a target too costly to run at the
+    # family's size; its detectable TV is then stated per target in the receipt. Such a
+    # target judges the verifier only: the planted-defect controls skip it.
+    requests_cap: tuple[tuple[str, int], ...] = ()
+
+    def requests(self, profile: str, n: int) -> int:
+        """This target's requests when the family runs ``n`` per target under ``profile``."""
+        return min(n, dict(self.requests_cap).get(profile, n))
+
+    @property
+    def capped(self) -> bool:
+        """True when some profile caps this target's requests (it then skips the controls)."""
+        return bool(self.requests_cap)
 
     @property
     def k(self) -> int:
@@ -211,6 +224,14 @@ def _top4_draft(row: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
     return tuple(zip(order, (360, 260, 220, 184), strict=True))
 
 
+# wide_support: V = 300, S = 256 draft ids 44..299 at q = 1/256 each (C = 2^16).
+_WIDE_VOCAB = 300
+_WIDE_SUPPORT = tuple(range(44, _WIDE_VOCAB))
+_WIDE_ROW0 = tuple(
+    56 if v < 8 else 60 if 44 <= v < 52 else 2 if 52 <= v < 100 else 0 for v in range(_WIDE_VOCAB)
+)  # / 2^10: 8 tokens outside q's support, 8 with p > q, 48 with p < q, 200 support ids p = 0
+_WIDE_ROW1 = tuple(64 if v >= _WIDE_VOCAB - 16 else 0 for v in range(_WIDE_VOCAB))
+
 TARGETS: tuple[ToyTarget, ...] = (
     ToyTarget(
         name="sparse_tails",
@@ -329,6 +350,26 @@ TARGETS: tuple[ToyTarget, ...] = (
         ),
         draft=(((0, 1 << 16),), ((1, 1 << 16),), ((2, 1 << 16),), ((3, 1 << 16),)),
         denominator=1 << 16,
+    ),
+    ToyTarget(
+        name="wide_support",
+        purpose=(
+            "A large draft support (S = 256, as a tree or top-k drafter emits) over V = 300: "
+            "the verifier's support bookkeeping (duplicate checks, the support correction "
+            "of the residual) at full width. 200 of the 256 proposed ids have p = 0 and must "
+            "never be accepted; 48 have p < q; the residual lives on 16 tokens."
+        ),
+        draft_policy=(
+            "K = 1, S = 256 over C = 2^16: q = 1/256 on ids 44..299; the bonus row is 16 "
+            "tied tokens (signed zeros). Costly in Triton's interpreter, so its requests are "
+            "capped per profile and its detectable TV is stated on its own."
+        ),
+        tau=1.0,
+        bits=10,
+        weights=(_WIDE_ROW0, _WIDE_ROW1),
+        draft=(tuple((token, 256) for token in _WIDE_SUPPORT),),
+        denominator=1 << 16,
+        requests_cap=(("smoke", 256), ("seed", 1024), ("strict", 1 << 20)),
     ),
 )
 
