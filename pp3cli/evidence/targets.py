@@ -232,6 +232,17 @@ _WIDE_ROW0 = tuple(
 )  # / 2^10: 8 tokens outside q's support, 8 with p > q, 48 with p < q, 200 support ids p = 0
 _WIDE_ROW1 = tuple(64 if v >= _WIDE_VOCAB - 16 else 0 for v in range(_WIDE_VOCAB))
 
+# split_vocab: a real vocabulary size, so that a GPU takes the split-vocabulary launch
+# (chunks of 2048 tokens); p and q sit on both sides of chunk boundaries.
+_SPLIT_VOCAB = 32768
+_SPLIT_ROW0 = {0: 128, 2047: 128, 2048: 128, 16383: 128, 16384: 128, 30000: 128, 32767: 256}
+_SPLIT_ROW1 = dict.fromkeys((2047, 2048, 8191, 8192, 16383, 16384, 24575, 24576), 128)
+
+
+def _sparse_row(weights: dict[int, int], vocab: int) -> tuple[int, ...]:
+    return tuple(weights.get(v, 0) for v in range(vocab))
+
+
 TARGETS: tuple[ToyTarget, ...] = (
     ToyTarget(
         name="sparse_tails",
@@ -369,7 +380,29 @@ TARGETS: tuple[ToyTarget, ...] = (
         weights=(_WIDE_ROW0, _WIDE_ROW1),
         draft=(tuple((token, 256) for token in _WIDE_SUPPORT),),
         denominator=1 << 16,
-        requests_cap=(("smoke", 256), ("seed", 1024), ("strict", 1 << 20)),
+        requests_cap=(("smoke", 256), ("seed", 512), ("strict", 1 << 20)),
+    ),
+    ToyTarget(
+        name="split_vocab",
+        purpose=(
+            "A real vocabulary size (V = 32768), which a GPU verifies with the "
+            "split-vocabulary launch (chunks of 2048 tokens): p, q and the residual sit on "
+            "both sides of chunk boundaries (ids 2047/2048, 16383/16384), so chunk masses, "
+            "the support correction of the residual across chunks and the exact rescan "
+            "inside the chosen chunk are judged by their law; the bonus row is 8 tied "
+            "tokens (signed zeros) straddling four boundaries."
+        ),
+        draft_policy=(
+            "K = 1, S = 4 over C = 1024: q = 5/16 on 2047 (p = 1/8), 1/16 on 16384 "
+            "(p = 1/8), 7/16 on 24576 (p = 0, never accepted), 3/16 on 32767 (p = 1/4). "
+            "Capped per profile: each request reads 2 x 32768 logits."
+        ),
+        tau=1.0,
+        bits=10,
+        weights=(_sparse_row(_SPLIT_ROW0, _SPLIT_VOCAB), _sparse_row(_SPLIT_ROW1, _SPLIT_VOCAB)),
+        draft=(((2047, 320), (16384, 64), (24576, 448), (32767, 192)),),
+        denominator=1024,
+        requests_cap=(("smoke", 128), ("seed", 256), ("strict", 1 << 20)),
     ),
 )
 
