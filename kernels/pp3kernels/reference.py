@@ -57,6 +57,8 @@ Planted defects (``defect=``), the negative controls that qualify must catch:
   position + row (breaks permutation equivariance and per-request reproducibility).
 * ``ties_highest_id``: T0 argmax ties go to the highest id.
 * ``ignore_temperature``: T1 rows use tau = 1.
+* ``dense_q_next_row``: dense q is read one draft position late (row i uses q_{i+1}; the
+  last row its own): a layout slip confined to the dense-q path, invisible with sparse q.
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ DEFECTS: tuple[str, ...] = (
     "batch_index_counters",
     "ties_highest_id",
     "ignore_temperature",
+    "dense_q_next_row",
 )
 
 
@@ -305,7 +308,10 @@ def _verify_requests(
                 lhs = coin * count_row.gather(1, x_safe[:, None])[:, 0]
                 rhs = p_x * denominator
             elif q_dense is not None:
-                q_row = q_dense[:, row_index].to(torch.float64)
+                q_index = row_index
+                if defect == "dense_q_next_row":
+                    q_index = min(row_index + 1, drafts - 1)
+                q_row = q_dense[:, q_index].to(torch.float64)
                 lhs = coin * q_row.gather(1, x_safe[:, None])[:, 0]
                 rhs = p_x
             else:

@@ -17,16 +17,18 @@ def clean_scratch_command(
     ] = False,
     bytecode: Annotated[
         bool,
-        typer.Option("--bytecode", help="Also remove __pycache__ and *.pyc in the project tree."),
+        typer.Option(
+            "--bytecode", help="Also remove `__pycache__` and `*.pyc` in the project tree."
+        ),
     ] = False,
 ) -> None:
     """Remove pp3's run folders, its private tmux server and (--bytecode) project bytecode.
 
     Only folders carrying pp3's ownership marker go; links are unlinked, never followed.
     Refuses (exit 2) a scratch root that is /, a home folder, the repository root or lacks
-    pp3's marker; exit 3 while another pp3 holds the lock.
+    pp3's marker; exit 3 while a pp3 run uses this scratch root.
     """
-    from pp3cli.run.guard import hold_lock
+    from pp3cli.run.locks import hold_scratch
     from pp3cli.run.scratch import execute_clean, plan_clean
 
     settings = settings_of(ctx)
@@ -43,7 +45,7 @@ def clean_scratch_command(
     if plan.scratch_root is None:
         removed = execute_clean(plan)
     else:
-        with hold_lock(plan.scratch_root, "clean-scratch"):
+        with hold_scratch(plan.scratch_root, "clean-scratch", exclusive=True):
             plan = plan_clean(settings.scratch, bytecode=bytecode)  # again, under the lock
             removed = execute_clean(plan)
     if plan.tmux_server:

@@ -110,6 +110,7 @@ RUN_PARAMETERS = (
             list[Path] | None,
             typer.Option(
                 "--supersedes",
+                metavar="RECEIPT",
                 help="An earlier receipt (in the receipts folder) this run replaces; repeatable.",
             ),
         ],

@@ -115,4 +115,6 @@ def oracle_command(
             result["parameters"], result["data"], result["verdict"], results_table(result)
         )
 
-    run_receipted("oracle", settings, run, work, kind="oracle", require_gpu=False)
+    # --device cuda without a GPU exits 3 in the guard, before anything is created.
+    require_gpu = device.startswith("cuda")
+    run_receipted("oracle", settings, run, work, kind="oracle", require_gpu=require_gpu)

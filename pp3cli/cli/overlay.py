@@ -27,7 +27,7 @@ def overlay_fetch_command(
         typer.Option(
             "--dest",
             help="Folder for overlays (e.g. .overlay to carry it to a GPU machine); "
-            "default <scratch>/overlay.",
+            "default `<scratch>/overlay`.",
         ),
     ] = None,
     wheel: Annotated[
@@ -53,7 +53,8 @@ def overlay_fetch_command(
 def overlay_verify_command(
     ctx: typer.Context,
     path: Annotated[
-        Path | None, typer.Argument(help="Overlay folder (default <scratch>/overlay/vllm-0.33.0).")
+        Path | None,
+        typer.Argument(help="Overlay folder (default `<scratch>/overlay/vllm-0.33.0`)."),
     ] = None,
     *,
     dest: Annotated[

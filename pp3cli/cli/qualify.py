@@ -227,18 +227,16 @@ def qualify_command(
     if pair_with is not None and pair_with == verifier:
         raise UsageProblem(f"--pair-with {pair_with}: expected a verifier other than --verifier")
 
-    def work(record: GuardRecord) -> Finding:
-        """The guarded work: pick the profile for this machine, run, and shape the receipt."""
-        from rich.console import Console
+    resolved: list[ResolvedVerifier] = []
 
-        from pp3cli.evidence.qualify import run_qualification
+    def precheck(cuda: bool) -> None:
+        """Before the guard creates anything: exit 3 when a verifier cannot run here, and
+        resolve both verifiers (a bad MODULE:FUNCTION is exit 2, one that won't import 3)."""
         from pp3cli.run.scratch import repo_root
         from pp3cli.verifiers.overlay import default_overlay_candidates
-        from pp3cli.verifiers.registry import planted_defect_controls, resolve_spec
-        from pp3cli.wire.proxy import ProxyDraftTransport
+        from pp3cli.verifiers.registry import resolve_spec
         from pp3kernels.runtime import is_interpreter
 
-        cuda = record.cuda_available
         for name in (verifier, pair_with):
             if name in TRITON_VERIFIERS and not cuda and not is_interpreter():
                 raise EnvironmentProblem(
@@ -250,12 +248,25 @@ def qualify_command(
                 raise EnvironmentProblem("--verifier flashinfer needs a CUDA GPU (none seen)")
         root = repo_root()
         candidates = default_overlay_candidates(settings.scratch)
+        for spec in (verifier, pair_with):
+            if spec is not None:
+                resolved.append(
+                    resolve_spec(
+                        spec, root=root, overlay_dir=overlay, overlay_candidates=candidates
+                    )
+                )
 
-        def resolve(spec: str) -> ResolvedVerifier:
-            return resolve_spec(spec, root=root, overlay_dir=overlay, overlay_candidates=candidates)
+    def work(record: GuardRecord) -> Finding:
+        """The guarded work: pick the profile for this machine, run, and shape the receipt."""
+        from rich.console import Console
 
-        judged = resolve(verifier)
-        partner = resolve(pair_with) if pair_with is not None else None
+        from pp3cli.evidence.qualify import run_qualification
+        from pp3cli.verifiers.registry import planted_defect_controls
+        from pp3cli.wire.proxy import ProxyDraftTransport
+
+        cuda = record.cuda_available
+        judged = resolved[0]
+        partner = resolved[1] if pair_with is not None else None
         chosen: Profile = PROFILES[profile or ("strict" if cuda else "seed")]
         controls = planted_defect_controls()
         device = "cuda" if cuda else "cpu"
@@ -305,4 +316,6 @@ def qualify_command(
         sources = {**judged.sources, **(partner.sources if partner is not None else {})}
         return Finding(parameters, data, report.verdict, summary=_summary(report), sources=sources)
 
-    run_receipted("qualify", settings, run, work, kind="qualification", require_gpu=False)
+    run_receipted(
+        "qualify", settings, run, work, kind="qualification", require_gpu=False, precheck=precheck
+    )

@@ -53,8 +53,13 @@ def run_receipted(
     *,
     kind: str,
     require_gpu: bool,
+    precheck: Callable[[bool], None] | None = None,
 ) -> None:
-    """Run ``work`` as the module docstring says; ``kind`` names the receipt's kind."""
+    """Run ``work`` as the module docstring says; ``kind`` names the receipt's kind.
+
+    ``precheck(cuda_available)`` checks the machine for this command before the guard
+    creates anything (``pp3cli.run.guard.guarded``).
+    """
     from rich.console import Console
 
     from pp3cli.evidence.verdict import PASS
@@ -66,7 +71,9 @@ def run_receipted(
     if run.guard.detach:
         typer.echo(start_detached(command, settings, sys.argv[1:]))
         return
-    with guarded(command, settings, run.guard, require_gpu=require_gpu) as record:
+    with guarded(
+        command, settings, run.guard, require_gpu=require_gpu, precheck=precheck
+    ) as record:
         finding = work(record)
         environment = record.environment()
     path = write_receipt(

@@ -1,4 +1,4 @@
-"""`pp3 verify-receipts`: one OK / STALE / FAIL line per receipt; exit 1 on any FAIL."""
+"""`pp3 verify-receipts`: one OK / STALE / ORPHAN / FAIL line per receipt; exit 1 on any FAIL."""
 
 from __future__ import annotations
 
@@ -15,7 +15,10 @@ def verify_receipts_command(
     ctx: typer.Context,
     *,
     strict: Annotated[
-        bool, typer.Option("--strict", help="Treat STALE (sources moved on) as FAIL.")
+        bool,
+        typer.Option(
+            "--strict", help="Treat STALE (sources moved on) and ORPHAN (no manifest line) as FAIL."
+        ),
     ] = False,
     json_output: JsonOption = False,
     source_root: Annotated[
@@ -28,17 +31,19 @@ def verify_receipts_command(
 ) -> None:
     """Re-check every receipt: bytes, manifest chain, schema, sources and recomputed verdict.
 
-    OK: all checks pass. STALE: all pass but the sources changed since. FAIL: a check failed.
-    Exit 1 if any receipt FAILs (or is STALE under --strict). Needs neither torch nor a GPU.
+    OK: all checks pass. STALE: all pass but the sources changed since. ORPHAN: a receipt
+    whose manifest line never came (its writer was killed), or a leftover temp file: not
+    evidence, not a failure. FAIL: a check failed. Exit 1 if any line is FAIL (STALE and
+    ORPHAN count as FAIL under --strict). Needs neither torch nor a GPU.
     """
     import orjson
 
-    from pp3cli.receipts.verify import FAIL, OK, STALE, verify_receipts
+    from pp3cli.receipts.verify import FAIL, OK, ORPHAN, STALE, STATUSES, verify_receipts
     from pp3cli.run.scratch import repo_root
 
     settings = settings_of(ctx)
     results = verify_receipts(settings.receipts, root=(source_root or repo_root()), strict=strict)
-    counts = {status: sum(r.status == status for r in results) for status in (OK, STALE, FAIL)}
+    counts = {status: sum(r.status == status for r in results) for status in STATUSES}
     if json_output:
         payload = {
             "receipts": str(settings.receipts),
@@ -52,6 +57,9 @@ def verify_receipts_command(
     else:
         for result in results:
             typer.echo(result.line())
-        typer.echo(f"{counts[OK]} OK, {counts[STALE]} STALE, {counts[FAIL]} FAIL", err=True)
+        typer.echo(
+            f"{counts[OK]} OK, {counts[STALE]} STALE, {counts[ORPHAN]} ORPHAN, {counts[FAIL]} FAIL",
+            err=True,
+        )
     if counts[FAIL]:
         raise CheckFailed(f"{counts[FAIL]} of {len(results)} failed verification")

@@ -255,6 +255,33 @@ def check_signed_zero(verifier: ChainVerifier, device: torch.device, seed: int) 
     return _t0_check("signed_zero", verifier, device, seed, logits, drafts.astype(np.int32))
 
 
+SPLIT_TIE_VOCAB = 32768  # a real vocabulary size: on a GPU the selector splits it in chunks
+# Tied maxima straddling the GPU plan's chunk boundaries (chunks of 2048 tokens at this V):
+# the combine step across splits must keep the lowest id.
+SPLIT_TIE_PAIRS = ((2047, 2048), (4095, 30000), (16383, 16384), (0, 32767), (6000, 20000))
+
+
+def check_cross_split_ties(verifier: ChainVerifier, device: torch.device, seed: int) -> EdgeResult:
+    """T0 rows at V = 32768 whose maximum is tied across vocabulary splits (ids such as 2047
+    and 2048 on either side of a chunk boundary, some held as -0.0 and +0.0): the lowest id
+    must win, as in one piece. On a GPU this V takes the split-vocabulary launch; in the
+    interpreter, one split."""
+    rng = np.random.default_rng([seed, 4])
+    n, k, vocab = 32, 1, SPLIT_TIE_VOCAB
+    logits = rng.integers(-6, -1, size=(n, k + 1, vocab)).astype(np.float32)
+    pairs = np.array(SPLIT_TIE_PAIRS)
+    for row in range(k + 1):
+        low, high = pairs[rng.integers(0, len(pairs), size=n)].T
+        zero = rng.random(n) < 0.5  # the tie held at 0 as -0.0 (low id) and +0.0 (high id)
+        logits[np.arange(n), row, low] = np.where(zero, -0.0, 2.0)
+        logits[np.arange(n), row, high] = np.where(zero, 0.0, 2.0)
+    y = np.argmax(logits, axis=-1)
+    high_of = dict(SPLIT_TIE_PAIRS)  # a draft on the tie's higher id must be rejected
+    partner = np.vectorize(lambda token: high_of.get(int(token), int(token)))(y[:, :k])
+    drafts = np.where(rng.random((n, k)) < 0.5, y[:, :k], partner).astype(np.int32)
+    return _t0_check("cross_split_ties", verifier, device, seed, logits, drafts)
+
+
 def check_tau_zero(verifier: ChainVerifier, device: torch.device, seed: int) -> EdgeResult:
     """tau = 0 is greedy, draws nothing: the greedy path, the same under another seed."""
     rng = np.random.default_rng([seed, 3])
@@ -381,6 +408,7 @@ CHECKS: tuple[Callable[[ChainVerifier, torch.device, int], EdgeResult], ...] = (
     check_invalidated_proposals,
     check_id_ties,
     check_signed_zero,
+    check_cross_split_ties,
     check_request_permutation,
     check_nan_logits,
     check_posinf_logits,

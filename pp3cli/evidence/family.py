@@ -27,6 +27,7 @@ from pp3cli.evidence.profiles import MIN_EXPECTED, POWER, Profile
 from pp3cli.evidence.stats import (
     FamilyVerdict,
     MemberResult,
+    detectable_tv,
     g_test,
     g_test_homogeneity,
     holm,
@@ -148,14 +149,48 @@ def plan_samples(
     return rows
 
 
-def requests_for(profile: Profile, alpha: float, tv: float | None = None) -> int:
-    """Requests per target: the profile's fixed count, or sized from a TV by ``plan_samples``."""
+def requests_for(
+    profile: Profile, alpha: float, tv: float | None = None, targets: Sequence[ToyTarget] = TARGETS
+) -> int:
+    """Requests per target: the profile's fixed count, or sized from a TV by ``plan_samples``.
+
+    A TV sizes the family from its uncapped targets' members (each at alpha / m, m the
+    whole family); a capped target (``ToyTarget.requests_cap``) runs fewer requests and
+    states its own detectable TV (``target_power``).
+    """
     wanted = tv if tv is not None else profile.tv
     if wanted is None:
         if profile.requests is None:
             raise ValueError(f"profile {profile.name!r} has neither requests nor tv")
         return profile.requests
-    return max(row.n_needed for row in plan_samples(wanted, alpha))
+    capped = {target.name for target in targets if target.capped}
+    return max(
+        row.n_needed
+        for row in plan_samples(wanted, alpha, targets=targets)
+        if row.member.split("/")[0] not in capped
+    )
+
+
+def target_power(
+    records: Sequence[MemberRecord], alpha: float, extra_members: int = 0
+) -> list[dict[str, Any]]:
+    """Per target: its requests and the TV its members detect with power ``POWER``.
+
+    Each member is sized at alpha / m (m = the family's size, Holm's strictest step, with
+    ``extra_members`` pairing tests in it) on its pooled df; a target's detectable TV is its
+    weakest member's. The receipt states these, and ``recompute_qualification`` recomputes
+    them.
+    """
+    member_alpha = alpha / max(1, len(records) + extra_members)
+    found: dict[str, dict[str, Any]] = {}
+    for record in records:
+        result = record.result
+        tv = detectable_tv(max(1, result.n), max(1, result.df), member_alpha, POWER)
+        entry = found.setdefault(
+            record.law.target, {"name": record.law.target, "requests": result.n, "tv": 0.0}
+        )
+        entry["tv"] = max(float(entry["tv"]), tv)
+    return list(found.values())
 
 
 # ---------------------------------------------------------------------------- recompute
@@ -227,6 +262,39 @@ def _recompute_pairing(stored: Mapping[str, Any] | None) -> tuple[list[MemberRes
     return results, problems
 
 
+def _recompute_target_power(
+    stored: Sequence[Mapping[str, Any]],
+    claimed: Sequence[Mapping[str, Any]],
+    alpha: float,
+    extra_members: int = 0,
+) -> list[str]:
+    """Problems where the receipt's per-target requests or detectable TV differ from the
+    members' counts (``target_power``); the Holm family also holds ``extra_members`` (the
+    pairing tests)."""
+    member_alpha = alpha / max(1, len(stored) + extra_members)
+    found: dict[str, tuple[int, float]] = {}
+    for entry in stored:
+        result = entry["result"]
+        n, df = int(result["n"]), int(result["df"])
+        tv = detectable_tv(max(1, n), max(1, df), member_alpha, POWER)
+        _, worst = found.get(str(entry["target"]), (n, 0.0))
+        found[str(entry["target"])] = (n, max(worst, tv))
+    problems = []
+    if sorted(str(c["name"]) for c in claimed) != sorted(found):
+        problems.append(f"targets {sorted(found)} but the power statement names others")
+    for entry in claimed:
+        name = str(entry["name"])
+        if name not in found:
+            continue
+        n, tv = found[name]
+        if int(entry["requests"]) != n or not math.isclose(float(entry["tv"]), tv, rel_tol=1e-9):
+            problems.append(
+                f"target {name}: stated {entry['requests']} requests detecting TV "
+                f"{entry['tv']}, recomputed {n} and {tv}"
+            )
+    return problems
+
+
 def recompute_qualification(predicate: Mapping[str, Any]) -> tuple[str, list[str]]:
     """Recompute every statistic and the verdict of a qualification receipt's predicate.
 
@@ -240,6 +308,10 @@ def recompute_qualification(predicate: Mapping[str, Any]) -> tuple[str, list[str
     paired, problems = _recompute_pairing(pairing)
     family, member_problems = _recompute_members(data["members"], alpha, paired)
     problems += member_problems
+    if "targets" in data:  # the per-target power statement (absent from older receipts)
+        problems.extend(
+            _recompute_target_power(data["members"], data["targets"], alpha, len(paired))
+        )
     if family.passed != bool(data["family"]["passed"]):
         problems.append(
             f"family: stored passed={data['family']['passed']}, recomputed {family.passed}"

@@ -7,7 +7,8 @@ Light on purpose (no torch, no scipy): the command line reads its defaults from 
 - ``MIN_EXPECTED``: cells are pooled from the exact law until each expects this many.
 - ``MIN_REPEATS``: every target's requests are split into at least this many verifier calls,
   so a verifier whose Philox counters are keyed by the batch index reuses its randomness
-  at least this often (its counts inflate at least this many-fold and the family sees it).
+  at least this often (its counts inflate at least this many-fold and the family sees it);
+  ``CAPPED_REPEATS`` for the costly capped targets.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ ALPHA = 1e-5
 POWER = 0.99
 MIN_EXPECTED = 20.0
 MIN_REPEATS = 16
+# A capped target (``ToyTarget.requests_cap``) is split into this many calls only: its cost
+# in Triton's interpreter is per call, and the batch-index defect is the uncapped targets'
+# to catch (the controls skip capped targets).
+CAPPED_REPEATS = 2
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ Design (docs/method.md "Targets", docs/qualify.md):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,10 +26,16 @@ import numpy as np
 import torch
 
 from pp3cli.evidence.edge import EdgeResult, run_edge_battery
-from pp3cli.evidence.family import MemberRecord, judge_members, member_laws, requests_for
+from pp3cli.evidence.family import (
+    MemberRecord,
+    judge_members,
+    member_laws,
+    requests_for,
+    target_power,
+)
 from pp3cli.evidence.greedy import greedy_from_logits
 from pp3cli.evidence.pairing import PairingReport, pair_sampled, pair_t0, pairing_members
-from pp3cli.evidence.profiles import MIN_REPEATS, Profile
+from pp3cli.evidence.profiles import CAPPED_REPEATS, MIN_REPEATS, Profile
 from pp3cli.evidence.stats import FamilyVerdict, holm
 from pp3cli.evidence.targets import TARGETS, ToyTarget
 from pp3cli.evidence.verdict import battery_caught, qualification_verdict
@@ -106,7 +113,8 @@ def target_inputs(
 
     Request r has position (target_index << 40) + 8 r; logits and q are one small table
     expanded with batch stride 0; drafts are drawn from q, row ``invalid_row`` set to -1 for
-    odd r.
+    odd r. q is sparse here whatever the target's ``q_form``: ``as_target_form`` turns it
+    dense for a dense target (after the drafter proxy, which carries integer q only).
     """
     device = index.device
     b, k = index.shape[0], target.k
@@ -130,6 +138,22 @@ def target_inputs(
         q_counts=counts,
         denominator=target.denominator,
     )
+
+
+def as_target_form(target: ToyTarget, inputs: ChainInputs) -> ChainInputs:
+    """The inputs with q in the target's form: unchanged for sparse, q_dense for dense.
+
+    Dense q is count / C in fp32 (exact: C is a power of two), scattered per request from
+    the sparse q the inputs carry (padding slots, count 0, add nothing).
+    """
+    if target.q_form == "sparse" or inputs.q_ids is None or inputs.q_counts is None:
+        return inputs
+    batch = inputs.draft_tokens.shape[0]
+    ids = inputs.q_ids.long()
+    weights = inputs.q_counts.to(torch.float32) / float(target.denominator)
+    dense = torch.zeros(batch, target.k, target.vocab, dtype=torch.float32, device=ids.device)
+    dense.scatter_add_(-1, ids.clamp(min=0), torch.where(ids >= 0, weights, 0.0))
+    return dataclasses.replace(inputs, q_ids=None, q_counts=None, denominator=None, q_dense=dense)
 
 
 # ---------------------------------------------------------------------------- greedy
@@ -320,6 +344,11 @@ class QualificationReport:
             "edge_decides": self.edge_decides,
             "edge_summary": self.edge_summary(),
             "pairing": None if self.pairing is None else self.pairing.to_json(),
+            "targets": target_power(
+                self.members,
+                self.alpha,
+                0 if self.pairing is None else len(self.pairing.tests),
+            ),
             "verdict": self.verdict,
         }
 
@@ -358,18 +387,21 @@ class Battery:
     ) -> dict[str, np.ndarray]:
         """Run ``n`` requests of one target through ``verifier``; counts per member."""
         target = self.targets[target_index]
-        size = call_size(self.n, self.profile.batch, self.profile.repeats)
+        n = target.requests(self.profile.name, self.n)
+        repeats = CAPPED_REPEATS if target.capped else self.profile.repeats
+        size = call_size(n, self.profile.batch, repeats)
         totals: dict[str, np.ndarray] = {}
-        for start in range(0, self.n, size):
-            stop = min(self.n, start + size)
+        for start in range(0, n, size):
+            stop = min(n, start + size)
             index = torch.arange(start, stop, dtype=torch.int64, device=self.device)
             inputs = target_inputs(target, index, seed=self.seed, target_index=target_index)
             if transport is not None:
                 inputs = transport(inputs, index, target_index, target.vocab)
+            inputs = as_target_form(target, inputs)
             for name, values in count_members(target, inputs.verify_with(verifier)).items():
                 totals[name] = totals[name] + values if name in totals else values
             if progress is not None:
-                progress(target.name, stop, self.n)
+                progress(target.name, stop, n)
         return totals
 
     def family(
@@ -382,7 +414,11 @@ class Battery:
         counts: dict[str, np.ndarray] = {}
         for index in range(len(self.targets)):
             counts |= self.sample(verifier, index, transport, progress)
-        laws = [law for target in self.targets for law in member_laws(target, self.n)]
+        laws = [
+            law
+            for target in self.targets
+            for law in member_laws(target, target.requests(self.profile.name, self.n))
+        ]
         return judge_members(laws, counts, self.alpha)
 
     def run(
@@ -445,7 +481,7 @@ def run_qualification(
     if not 0 < alpha < 1:
         raise ValueError(f"alpha = {alpha}: expected 0 < alpha < 1")
     dev = torch.device(device)
-    n = requests_for(profile, alpha, tv)
+    n = requests_for(profile, alpha, tv, targets)
     pairs = profile.n_greedy if n_greedy is None else n_greedy
     if pairs < 1:
         raise ValueError(f"n_greedy = {pairs}: expected at least 1")
@@ -454,15 +490,17 @@ def run_qualification(
     pairing = None
     if pair_with is not None:  # ---- --pair-with (pp3cli.evidence.pairing)
         other_name, other = pair_with
-        size = call_size(n, profile.batch, profile.repeats)
         t0_bad, examples = pair_t0(
             verifier, other, pairs, device=dev, seed=seed, batch=profile.batch, progress=progress
         )
         tests = pair_sampled(
-            verifier, other, targets, n, device=dev, seed=seed, size=size, progress=progress
+            verifier, other, targets, n, device=dev, seed=seed, profile=profile, progress=progress
         )
         pairing = PairingReport(other_name, pairs, t0_bad, examples, tuple(tests))
         family = holm([m.result for m in members] + pairing_members(tests), alpha)
+    # Controls skip the capped targets (costly ones that judge the verifier only); each is
+    # still caught by the rest of the family.
+    battery = dataclasses.replace(battery, targets=tuple(t for t in targets if not t.capped))
     reports = []
     for defect, control in (controls or {}).items():
 

@@ -264,6 +264,14 @@ def samples_for_tv(tv: float, df: int, alpha: float, power: float = 0.99) -> int
     return max(1, math.ceil(lam / (4.0 * tv * tv)))
 
 
+def detectable_tv(n: int, df: int, alpha: float, power: float = 0.99) -> float:
+    """The smallest TV that ``n`` samples detect with ``power``: the inverse of
+    ``samples_for_tv``, sqrt(lambda(df, alpha, power) / (4 n))."""
+    if n < 1:
+        raise ValueError(f"n = {n}: expected at least one sample")
+    return math.sqrt(noncentrality_for_power(df, alpha, power) / (4.0 * n))
+
+
 def power_of(n: int, tv: float, df: int, alpha: float) -> float:
     """Lower bound on the power against any TV-``tv`` deviation: P(ncx2(df, 4 n tv^2) > crit)."""
     _check_design(df, alpha)

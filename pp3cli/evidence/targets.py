@@ -1,4 +1,4 @@
-"""The five fixed toy targets that ``pp3 qualify`` runs, with their draft policies.
+"""The fixed toy targets that ``pp3 qualify`` runs, with their draft policies.
 
 A target is a chain of K+1 target rows p_0..p_K over a small vocabulary V, each row a
 dyadic law p_i(v) = w_i(v) / 2^b (integer weights), plus K integer draft rows q_i given
@@ -7,9 +7,14 @@ sampler (``pp3kernels.sample_drafts``), so their law is exactly q. For a share o
 requests (odd request index) one draft row may be invalidated (set to -1).
 
 Logits realise p at temperature tau: l_v = tau * ln p_v in fp32 (p_v = 0 -> -inf), so
-softmax(l / tau) = p up to fp32 rounding. Every tau is a power of two, so l / tau
-recovers fp32(ln p_v) exactly and the only rounding is that of ln, exp and the sum
-(``rounding_gap`` measures it in fp64; a few 1e-8 in total variation). A row whose
+softmax(l / tau) = p up to fp32 rounding. For a power-of-two tau, l / tau recovers
+fp32(ln p_v) exactly and the only rounding is that of ln, exp and the sum; any other tau
+(one target has tau = 0.7, as engines use) adds one relative rounding of 2^-24 to each
+l / tau (``rounding_gap`` measures the total in fp64: below 1e-7 in total variation).
+
+A target's q reaches the verifier in one of the two public forms (``q_form``): sparse
+integer counts (ids, counts over C), or dense q [K, V] as fp32 probabilities count / C,
+which are exact in fp32 (C is a power of two), so both forms state the same exact law. A row whose
 positive weights are all equal is written as signed zeros (+0.0, -0.0 alternating): then
 exp(l - max) = 1 exactly and the fp32 softmax is exact, which is what lets a row have
 q = p without a rounding-induced rejection.
@@ -40,7 +45,8 @@ class ToyTarget:
 
     ``weights[i][v] / 2**bits`` is p_i(v); ``draft[i]`` is a tuple of (token id, count)
     pairs over ``denominator`` (same support size S on every row); ``invalid_row`` is
-    the draft row replaced by -1 for odd request indices (None: never).
+    the draft row replaced by -1 for odd request indices (None: never); ``q_form`` is how
+    q reaches the verifier ("sparse" ids/counts or "dense" fp32 probabilities).
     """
 
     name: str
@@ -52,6 +58,20 @@ class ToyTarget:
     draft: tuple[tuple[tuple[int, int], ...], ...]
     denominator: int
     invalid_row: int | None = None
+    q_form: str = "sparse"  # how q reaches the verifier: "sparse" counts or "dense" [K, V]
+    # Most requests per profile (profile name -> cap) for a target too costly to run at the
+    # family's size; its detectable TV is then stated per target in the receipt. Such a
+    # target judges the verifier only: the planted-defect controls skip it.
+    requests_cap: tuple[tuple[str, int], ...] = ()
+
+    def requests(self, profile: str, n: int) -> int:
+        """This target's requests when the family runs ``n`` per target under ``profile``."""
+        return min(n, dict(self.requests_cap).get(profile, n))
+
+    @property
+    def capped(self) -> bool:
+        """True when some profile caps this target's requests (it then skips the controls)."""
+        return bool(self.requests_cap)
 
     @property
     def k(self) -> int:
@@ -85,8 +105,10 @@ class ToyTarget:
         k, vocab = self.k, self.vocab
         if len(self.weights) != k + 1:
             raise ValueError(f"{self.name}: {len(self.weights)} target rows, expected K+1={k + 1}")
-        if self.tau <= 0 or math.log2(self.tau) != round(math.log2(self.tau)):
-            raise ValueError(f"{self.name}: tau={self.tau} must be a positive power of two")
+        if not (math.isfinite(self.tau) and self.tau > 0):
+            raise ValueError(f"{self.name}: tau={self.tau} must be positive and finite")
+        if self.q_form not in ("sparse", "dense"):
+            raise ValueError(f"{self.name}: q_form {self.q_form!r} is not 'sparse' or 'dense'")
         if self.denominator & (self.denominator - 1):
             raise ValueError(f"{self.name}: denominator {self.denominator} not a power of two")
         for i, row in enumerate(self.weights):
@@ -134,6 +156,16 @@ class ToyTarget:
                 values = [self.tau * math.log(w / total) if w > 0 else -math.inf for w in row]
             rows.append(values)
         return torch.tensor(rows, dtype=torch.float32, device=device)
+
+    def q_dense(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        """Dense draft law [K, V] fp32: count / C, exact in fp32 (C is a power of two)."""
+        import torch
+
+        return torch.tensor(
+            [[float(x) for x in self.q(i)] for i in range(self.k)],
+            dtype=torch.float32,
+            device=device,
+        )
 
     def q_tensors(self, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
         """Sparse draft law as (ids [K, S] int32, counts [K, S] int32)."""
@@ -192,6 +224,25 @@ def _top4_draft(row: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
     return tuple(zip(order, (360, 260, 220, 184), strict=True))
 
 
+# wide_support: V = 300, S = 256 draft ids 44..299 at q = 1/256 each (C = 2^16).
+_WIDE_VOCAB = 300
+_WIDE_SUPPORT = tuple(range(44, _WIDE_VOCAB))
+_WIDE_ROW0 = tuple(
+    56 if v < 8 else 60 if 44 <= v < 52 else 2 if 52 <= v < 100 else 0 for v in range(_WIDE_VOCAB)
+)  # / 2^10: 8 tokens outside q's support, 8 with p > q, 48 with p < q, 200 support ids p = 0
+_WIDE_ROW1 = tuple(64 if v >= _WIDE_VOCAB - 16 else 0 for v in range(_WIDE_VOCAB))
+
+# split_vocab: a real vocabulary size, so that a GPU takes the split-vocabulary launch
+# (chunks of 2048 tokens); p and q sit on both sides of chunk boundaries.
+_SPLIT_VOCAB = 32768
+_SPLIT_ROW0 = {0: 128, 2047: 128, 2048: 128, 16383: 128, 16384: 128, 30000: 128, 32767: 256}
+_SPLIT_ROW1 = dict.fromkeys((2047, 2048, 8191, 8192, 16383, 16384, 24575, 24576), 128)
+
+
+def _sparse_row(weights: dict[int, int], vocab: int) -> tuple[int, ...]:
+    return tuple(weights.get(v, 0) for v in range(vocab))
+
+
 TARGETS: tuple[ToyTarget, ...] = (
     ToyTarget(
         name="sparse_tails",
@@ -245,11 +296,13 @@ TARGETS: tuple[ToyTarget, ...] = (
             "Tied logits written as signed zeros (+0.0/-0.0) at a flat temperature "
             "(tau = 4): rows 0 and 3 have q = p exactly (always accepted), row 1 has "
             "q = p on one token (residual exactly 0 there); row 2 is invalidated for odd "
-            "requests, so the law is an exact 1/2-1/2 mixture."
+            "requests, so the law is an exact 1/2-1/2 mixture. q is given dense, so the "
+            "verifier's dense-q path is judged by its law."
         ),
         draft_policy=(
-            "S = 4 over C = 8: uniform on the row's support where q = p; elsewhere q > p "
-            "on every proposed token. Draft row 2 is -1 for odd request indices."
+            "S = 4 over C = 8, passed as dense q [K, V] (count / 8, exact in fp32): uniform "
+            "on the row's support where q = p; elsewhere q > p on every proposed token. "
+            "Draft row 2 is -1 for odd request indices."
         ),
         tau=4.0,
         bits=4,
@@ -268,6 +321,7 @@ TARGETS: tuple[ToyTarget, ...] = (
         ),
         denominator=8,
         invalid_row=2,
+        q_form="dense",
     ),
     ToyTarget(
         name="invalidated_proposals",
@@ -291,11 +345,12 @@ TARGETS: tuple[ToyTarget, ...] = (
         name="point_mass_positions",
         purpose=(
             "Point-mass drafts (the usual engine case) with a different heavy token per "
-            "row at tau = 1/2: deep chains make the bonus row well sampled, so a bonus "
+            "row at tau = 0.7, a temperature that is not a power of two (l / tau is then "
+            "rounded too): deep chains make the bonus row well sampled, so a bonus "
             "drawn from the wrong row, a mix-up between positions or a reused coin shows."
         ),
         draft_policy="S = 1, count = C = 2^16: row i always proposes token i (p = 3/4).",
-        tau=0.5,
+        tau=0.7,
         bits=5,
         weights=(
             (24, 4, 2, 1, 1),
@@ -306,6 +361,48 @@ TARGETS: tuple[ToyTarget, ...] = (
         ),
         draft=(((0, 1 << 16),), ((1, 1 << 16),), ((2, 1 << 16),), ((3, 1 << 16),)),
         denominator=1 << 16,
+    ),
+    ToyTarget(
+        name="wide_support",
+        purpose=(
+            "A large draft support (S = 256, as a tree or top-k drafter emits) over V = 300: "
+            "the verifier's support bookkeeping (duplicate checks, the support correction "
+            "of the residual) at full width. 200 of the 256 proposed ids have p = 0 and must "
+            "never be accepted; 48 have p < q; the residual lives on 16 tokens."
+        ),
+        draft_policy=(
+            "K = 1, S = 256 over C = 2^16: q = 1/256 on ids 44..299; the bonus row is 16 "
+            "tied tokens (signed zeros). Costly in Triton's interpreter, so its requests are "
+            "capped per profile and its detectable TV is stated on its own."
+        ),
+        tau=1.0,
+        bits=10,
+        weights=(_WIDE_ROW0, _WIDE_ROW1),
+        draft=(tuple((token, 256) for token in _WIDE_SUPPORT),),
+        denominator=1 << 16,
+        requests_cap=(("smoke", 256), ("seed", 512), ("strict", 1 << 20)),
+    ),
+    ToyTarget(
+        name="split_vocab",
+        purpose=(
+            "A real vocabulary size (V = 32768), which a GPU verifies with the "
+            "split-vocabulary launch (chunks of 2048 tokens): p, q and the residual sit on "
+            "both sides of chunk boundaries (ids 2047/2048, 16383/16384), so chunk masses, "
+            "the support correction of the residual across chunks and the exact rescan "
+            "inside the chosen chunk are judged by their law; the bonus row is 8 tied "
+            "tokens (signed zeros) straddling four boundaries."
+        ),
+        draft_policy=(
+            "K = 1, S = 4 over C = 1024: q = 5/16 on 2047 (p = 1/8), 1/16 on 16384 "
+            "(p = 1/8), 7/16 on 24576 (p = 0, never accepted), 3/16 on 32767 (p = 1/4). "
+            "Capped per profile: each request reads 2 x 32768 logits."
+        ),
+        tau=1.0,
+        bits=10,
+        weights=(_sparse_row(_SPLIT_ROW0, _SPLIT_VOCAB), _sparse_row(_SPLIT_ROW1, _SPLIT_VOCAB)),
+        draft=(((2047, 320), (16384, 64), (24576, 448), (32767, 192)),),
+        denominator=1024,
+        requests_cap=(("smoke", 128), ("seed", 256), ("strict", 1 << 20)),
     ),
 )
 

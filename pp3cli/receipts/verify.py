@@ -4,6 +4,10 @@ Each receipt gets one status:
 
 - ``OK``    every check passed and the sources it names are the current tree's;
 - ``STALE`` every check passed but the sources have moved on since it was written;
+- ``ORPHAN`` a receipt that passes its own checks but has no manifest line while the chain
+  is intact: what a writer killed between storing the receipt and appending its line leaves
+  (``pp3cli.receipts.write``), and a leftover ``.<name>.partial`` temp file. Not evidence,
+  not a failure; ``--strict`` makes it FAIL;
 - ``FAIL``  a check failed: bytes, chain, parsing, schema, subject, supersedes, or the verdict
   recomputed from the raw data differs from the stored one.
 
@@ -25,6 +29,7 @@ from pp3cli.receipts.sources import sha256_file, source_digests, subject_names
 from pp3cli.receipts.write import (
     INTOTO_STATEMENT_TYPE,
     MANIFEST_NAME,
+    PARTIAL_SUFFIX,
     RECEIPT_NAME,
     SCHEMA_VERSION,
     canonical_json,
@@ -33,7 +38,8 @@ from pp3cli.receipts.write import (
 )
 from pp3cli.run.errors import UsageProblem
 
-OK, STALE, FAIL = "OK", "STALE", "FAIL"
+OK, STALE, ORPHAN, FAIL = "OK", "STALE", "ORPHAN", "FAIL"
+STATUSES = (OK, STALE, ORPHAN, FAIL)  # in rising severity
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _CREATED = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
 _STATEMENT_KEYS = {"_type", "subject", "predicateType", "predicate"}
@@ -66,6 +72,11 @@ class Result:
     def stale(self, reason: str) -> None:
         if self.status == OK:
             self.status = STALE
+        self.reasons.append(reason)
+
+    def orphan(self, reason: str) -> None:
+        if self.status in (OK, STALE):
+            self.status = ORPHAN
         self.reasons.append(reason)
 
     def line(self) -> str:
@@ -120,10 +131,15 @@ def _check_manifest(
         result.fail("manifest missing")
         return entries, faults
     raw = manifest.read_bytes()
-    if raw and not raw.endswith(b"\n"):
-        result.fail("last line has no newline (truncated write?)")
+    complete = raw[: raw.rfind(b"\n") + 1]
+    if len(complete) != len(raw):
+        # A writer killed mid-append; the next writer cuts this tail off (never a whole line).
+        result.orphan(
+            f"a torn last line of {len(raw) - len(complete)} bytes without its newline "
+            "(a writer was killed while appending it); it is not part of the chain"
+        )
     prev_bytes: bytes | None = None
-    for line_no, line in enumerate(raw.splitlines(), start=1):
+    for line_no, line in enumerate(complete.splitlines(), start=1):
         where = f"line {line_no}"
         try:
             parsed = strict_loads(line)
@@ -351,7 +367,8 @@ def verify_receipts(receipts_dir: Path, *, root: Path, strict: bool = False) -> 
     """Verify every receipt under ``receipts_dir`` against the source tree at ``root``.
 
     Returns the manifest's result first, then one per receipt file (manifest order, then
-    unlisted files by name). ``strict`` turns STALE into FAIL.
+    unlisted files by name, then leftover temp files). ``strict`` turns STALE and ORPHAN
+    into FAIL.
     """
     if not receipts_dir.is_dir():
         raise UsageProblem(f"receipts folder {receipts_dir} does not exist")
@@ -361,6 +378,7 @@ def verify_receipts(receipts_dir: Path, *, root: Path, strict: bool = False) -> 
         return []
     manifest = Result(MANIFEST_NAME)
     entries, faults = _check_manifest(manifest_path, manifest)
+    chain_intact = manifest.status != FAIL
     current = source_digests(root)
     results = [manifest]
     names = [*entries, *(name for name in on_disk if name not in entries)]
@@ -371,8 +389,13 @@ def verify_receipts(receipts_dir: Path, *, root: Path, strict: bool = False) -> 
             result.fail(problem)
         entry = entries.get(name)
         path = receipts_dir / name
-        if entry is None:
-            result.fail("not in the manifest")
+        if entry is None and chain_intact:
+            result.orphan(
+                "not in the manifest: its line never came (a writer killed between storing "
+                "the receipt and appending its line?); not evidence"
+            )
+        elif entry is None:
+            result.fail("not in the manifest, whose chain is broken (was its line deleted?)")
         if not path.is_file() or path.is_symlink():
             result.fail("listed in the manifest but missing (or not a regular file)")
             continue
@@ -405,6 +428,15 @@ def verify_receipts(receipts_dir: Path, *, root: Path, strict: bool = False) -> 
         _check_verdict(kind, predicate, result)
         if result.status != FAIL:
             _check_sources(predicate, current, root, result)
-        if strict and result.status == STALE:
-            result.status = FAIL
+    for partial in sorted(receipts_dir.glob(f".*{PARTIAL_SUFFIX}")):
+        leftover = Result(partial.name)
+        leftover.orphan(
+            "an unfinished receipt write (the writer stopped before naming it); not a receipt, "
+            "safe to delete"
+        )
+        results.append(leftover)
+    if strict:
+        for result in results:
+            if result.status in (STALE, ORPHAN):
+                result.status = FAIL
     return results

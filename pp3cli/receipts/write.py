@@ -5,6 +5,19 @@ A receipt is an in-toto Statement v1 (see docs/receipts.md). Its stored bytes ar
 line per receipt, ``{seq, file, sha256, prev}``, where ``sha256`` hashes the receipt's stored
 bytes and ``prev`` hashes the previous manifest line's bytes (without its newline), so that a
 deleted, reordered or replaced line breaks the chain.
+
+Crash safety, in write order (all under the manifest lock):
+
+1. the receipt's bytes go to a hidden temp file ``.<name>.partial`` in the receipts folder,
+   fsynced: a crash here leaves only that temp file, never a torn receipt;
+2. the temp file is hard-linked to the receipt's name (atomic, and fails if the name exists:
+   a receipt is never overwritten), unlinked, and the folder fsynced;
+3. the manifest line is appended in one write and fsynced. A crash between 2 and 3 leaves a
+   complete receipt with no line: ``verify-receipts`` reports it ORPHAN, not FAIL. A crash
+   inside 3 leaves a torn tail (bytes after the last newline) that was never a line; the next
+   writer cuts that tail off (never a complete line) before appending its own.
+
+The manifest's complete lines are never rewritten.
 """
 
 from __future__ import annotations
@@ -44,6 +57,7 @@ SCHEMA_VERSION = 1
 INTOTO_STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 MANIFEST_NAME = "MANIFEST.jsonl"
 MANIFEST_LOCK_NAME = ".manifest.lock"
+PARTIAL_SUFFIX = ".partial"  # ``.<receipt name>.partial``: a write that never finished
 # Kinds a receipt may have; ``pp3cli.receipts.recompute`` has a verdict recomputer for each.
 RECEIPT_KINDS: frozenset[str] = frozenset({"qualification", "oracle", "probe"})
 RECEIPT_NAME = re.compile(r"(?P<kind>[a-z][a-z0-9]*(?:-[a-z0-9]+)*)-(?P<stamp>\d{8}T\d{12}Z)\.json")
@@ -98,20 +112,79 @@ def manifest_line(seq: int, file: str, sha256: str, prev: str | None) -> bytes:
 
 
 def _last_manifest_entry(manifest: Path) -> tuple[int, str | None]:
-    """(seq of the last line, sha256 of its bytes); (0, None) for a missing or empty manifest."""
+    """(seq of the last complete line, sha256 of its bytes); (0, None) when there is none.
+
+    A torn tail (bytes after the last newline, left by a writer killed mid-append) is cut
+    off here, under the lock: it was never a line, and no complete line is touched.
+    """
     if not manifest.exists():
         return 0, None
     raw = manifest.read_bytes()
-    if raw and not raw.endswith(b"\n"):
-        raise Pp3Error(f"{manifest} does not end with a newline: a write was cut short; repair it")
-    lines = raw.splitlines()
+    complete = raw[: raw.rfind(b"\n") + 1]
+    if len(complete) != len(raw):
+        with manifest.open("r+b") as handle:
+            handle.truncate(len(complete))
+            os.fsync(handle.fileno())
+    lines = complete.splitlines()
     if not lines:
         return 0, None
     last = lines[-1]
-    seq = orjson.loads(last).get("seq")
+    try:
+        seq = orjson.loads(last).get("seq")
+    except (orjson.JSONDecodeError, AttributeError):
+        seq = None
     if not isinstance(seq, int):
-        raise Pp3Error(f"{manifest}: last line has no integer seq: {last!r}")
+        raise Pp3Error(f"{manifest}: last line has no integer seq: {last[:120]!r}")
     return seq, sha256_hex(last)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write every byte of ``data`` to ``fd`` (os.write may write less than asked)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a folder's entries (a new name, a rename) durable."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _store_receipt(path: Path, stored: bytes) -> None:
+    """Steps 1-2 of the module docstring: temp file, fsync, link to ``path``, fsync the folder.
+
+    Pp3Error when ``path`` exists (a receipt is never overwritten).
+    """
+    partial = path.with_name(f".{path.name}{PARTIAL_SUFFIX}")
+    partial.unlink(missing_ok=True)  # left by an earlier crash under this very name
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        _write_all(fd, stored)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(partial, path)
+    except FileExistsError as err:
+        partial.unlink()
+        raise Pp3Error(f"receipt {path} already exists; pp3 never overwrites one") from err
+    partial.unlink()
+    _fsync_folder(path.parent)
+
+
+def _append_line(manifest: Path, line: bytes) -> None:
+    """Step 3: append one manifest line (with its newline) in one write, then fsync."""
+    fd = os.open(manifest, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        _write_all(fd, line + b"\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _fsync_folder(manifest.parent)
 
 
 def supersede_entries(
@@ -153,7 +226,8 @@ def write_receipt(
     ``supersedes`` entries are ``{file, sha256, reason}`` naming earlier receipts this one
     replaces. ``root`` is the source tree to digest (default: the installed project) and
     ``argv`` the command line to record (default: ``sys.argv``). The file is created with
-    O_EXCL: an existing receipt is never overwritten (Pp3Error naming it).
+    a hard link (which fails if the name exists): an existing receipt is never overwritten
+    (Pp3Error naming it). Crash safety: see the module docstring.
     """
     if kind not in RECEIPT_KINDS:
         raise ValueError(f"unknown receipt kind {kind!r}; expected one of {sorted(RECEIPT_KINDS)}")
@@ -194,19 +268,11 @@ def write_receipt(
     name = f"{kind}-{utc_stamp(now)}.json"
     path = receipts_dir / name
     with FileLock(str(receipts_dir / MANIFEST_LOCK_NAME)):
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        except FileExistsError as err:
-            raise Pp3Error(f"receipt {path} already exists; pp3 never overwrites one") from err
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(stored)
-            handle.flush()
-            os.fsync(handle.fileno())
         manifest = receipts_dir / MANIFEST_NAME
         seq, prev = _last_manifest_entry(manifest)
-        line = manifest_line(seq + 1, name, sha256_hex(stored), prev)
-        with manifest.open("ab") as handle:
-            handle.write(line + b"\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        if not manifest.exists():  # a crash before the first line still leaves a manifest
+            manifest.touch()
+            _fsync_folder(receipts_dir)
+        _store_receipt(path, stored)
+        _append_line(manifest, manifest_line(seq + 1, name, sha256_hex(stored), prev))
     return path

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pp3cli.run.errors import EnvironmentProblem
-from pp3cli.run.guard import hold_lock
+from pp3cli.run.locks import device_lock_name, hold_device, hold_scratch
 from pp3cli.run.scratch import TMUX_CONF, ensure_scratch, new_run_dir, tmux_socket
 from pp3cli.run.settings import Settings
 
@@ -79,8 +79,14 @@ def start_detached(command: str, settings: Settings, argv: Sequence[str]) -> str
             "tmux is missing: --detach needs it "
             "(apt-get install tmux, or bash .ci/install-system.sh)"
         )
+    import torch
+
+    # Fail now, not inside the log, if another pp3 uses the device or cleans the scratch.
+    name = device_lock_name(None, cuda_available=bool(torch.cuda.is_available()))
+    with hold_device(name, command):
+        pass
     root = ensure_scratch(settings)
-    with hold_lock(root, command):  # fail now, not inside the log, if another pp3 runs
+    with hold_scratch(root, command, exclusive=False):
         pass
     sock = tmux_socket(root)
     if len(os.fsencode(sock)) > 100:

@@ -1,7 +1,9 @@
 """One exception hierarchy for pp3; the CLI turns each into its documented exit code.
 
 Exit codes: 0 ok, 1 a check failed, 2 usage (bad input), 3 environment (no GPU where
-one is required, lock held, power limit not as expected, missing tool).
+one is required, lock held, power limit not as expected, missing tool), 4 internal error
+(an exception that is not a ``Pp3Error``: a bug; ``pp3cli.cli.app.main`` saves its
+traceback), 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
 EXIT_USAGE = 2
 EXIT_ENVIRONMENT = 3
+EXIT_INTERNAL = 4
+EXIT_INTERRUPTED = 130
 
 
 class Pp3Error(Exception):

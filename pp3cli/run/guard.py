@@ -1,9 +1,11 @@
 """The guard: the context every GPU command runs in.
 
-``guarded`` takes pp3's non-blocking lock (a second pp3 fails at once, naming the holder),
-pins the CPUs, lowers the priority, fixes the thread count, and records the GPU power limit
-before and after (``pp3cli.run.power``, read-only: pp3 never changes a power limit, a clock
-or any other device setting). ``GuardRecord.environment()`` is a receipt's environment block.
+``guarded`` takes pp3's non-blocking lock on its device (one per GPU, by UUID, or one per
+host in the interpreter, in a system folder: ``pp3cli.run.locks``; a second pp3 on the same
+device fails at once, naming the holder), pins the CPUs, lowers the priority, fixes the
+thread count, and records the GPU power limit before and after (``pp3cli.run.power``,
+read-only: pp3 never changes a power limit, a clock or any other device setting).
+``GuardRecord.environment()`` is a receipt's environment block.
 """
 
 from __future__ import annotations
@@ -12,20 +14,17 @@ import importlib.metadata
 import os
 import platform
 import socket
-import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import filelock
-import orjson
-
 from pp3cli.run.errors import EnvironmentProblem, UsageProblem
+from pp3cli.run.locks import device_lock_name, hold_device, hold_scratch
 from pp3cli.run.power import PowerReading, read_power
-from pp3cli.run.scratch import LOCK_NAME, RUN_TAG, RUNS_DIR, ensure_scratch, has_marker, new_run_dir
+from pp3cli.run.scratch import RUN_TAG, RUNS_DIR, ensure_scratch, has_marker, new_run_dir
 from pp3cli.run.settings import Settings
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -120,45 +119,6 @@ def _utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-@contextmanager
-def hold_lock(root: Path, command: str) -> Iterator[Path]:
-    """Hold ``<root>/pp3.lock`` without waiting; EnvironmentProblem names the holder if taken.
-
-    While held, ``pp3.lock.json`` beside it records pid, command, start time and host.
-    """
-    lock_path = root / LOCK_NAME
-    info_path = root / (LOCK_NAME + ".json")
-    lock = filelock.FileLock(str(lock_path), timeout=0)
-    try:
-        lock.acquire()
-    except filelock.Timeout:
-        raise EnvironmentProblem(f"{_describe_holder(info_path)}; lock {lock_path}") from None
-    try:
-        info = {
-            "pid": os.getpid(),
-            "command": command,
-            "started_utc": _utc_now(),
-            "hostname": socket.gethostname(),
-            "argv": sys.argv,
-        }
-        info_path.write_bytes(orjson.dumps(info, option=orjson.OPT_SORT_KEYS) + b"\n")
-        yield lock_path
-    finally:
-        info_path.unlink(missing_ok=True)
-        lock.release()
-
-
-def _describe_holder(info_path: Path) -> str:
-    try:
-        info = orjson.loads(info_path.read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        return "another pp3 holds the lock (holder not yet recorded); wait for it to finish"
-    return (
-        f"another pp3 is running: pid {info.get('pid')} (command {info.get('command')}, "
-        f"started {info.get('started_utc')} on {info.get('hostname')}); wait for it to finish"
-    )
-
-
 @dataclass
 class GuardRecord:
     """What the guard did and saw; ``environment()`` is the receipt's environment block."""
@@ -236,29 +196,45 @@ def _run_dir_for(settings: Settings, root: Path, command: str) -> Path:
 
 @contextmanager
 def guarded(
-    command: str, settings: Settings, options: GuardOptions, *, require_gpu: bool
+    command: str,
+    settings: Settings,
+    options: GuardOptions,
+    *,
+    require_gpu: bool,
+    device: int | str | None = None,
+    precheck: Callable[[bool], None] | None = None,
 ) -> Iterator[GuardRecord]:
-    """Run the block under pp3's lock with affinity, nice and threads applied.
+    """Run the block under pp3's device lock with affinity, nice and threads applied.
 
-    Order: lock (EnvironmentProblem at once if held) -> GPU present if ``require_gpu`` ->
-    power limit read, compared with ``expect_power_limit`` (EnvironmentProblem before any
-    work) -> affinity, nice, threads -> block. On exit the power limit is read again and the
-    affinity, thread variables and torch threads are restored (niceness cannot be lowered
+    ``device`` is the CUDA device this process works on (torch index or ``GPU-<uuid>``;
+    default torch's current device): each rank of a distributed run passes its own and so
+    locks its own GPU. Without a GPU the lock is the host's. ``precheck(cuda_available)`` is
+    the command's own check of the machine (raising EnvironmentProblem or UsageProblem).
+
+    Order: GPU present if ``require_gpu`` -> ``precheck`` -> the device lock
+    (EnvironmentProblem at once if held) -> power limit read, compared with
+    ``expect_power_limit`` (EnvironmentProblem) -> the scratch root, held shared -> the run
+    folder -> affinity, nice, threads -> block: nothing is created in scratch before every
+    check has passed. On exit the power limit is read again and the affinity, thread
+    variables and torch threads are restored (niceness cannot be lowered
     by an unprivileged process, so it stays).
     """
     cpus = _checked_cpus(options.cpus) if options.cpus is not None else None
     if not 1 <= options.threads:
         raise UsageProblem(f"threads {options.threads} must be at least 1")
-    root = ensure_scratch(settings)
-    with hold_lock(root, command) as lock_path:
-        import torch
+    import torch
 
-        cuda_available = bool(torch.cuda.is_available())
-        if require_gpu and not cuda_available:
-            raise EnvironmentProblem(
-                f"no GPU: {command} needs a CUDA GPU and torch {torch.__version__} sees none "
-                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})"
-            )
+    cuda_available = bool(torch.cuda.is_available())
+    if require_gpu and not cuda_available:
+        raise EnvironmentProblem(
+            f"no GPU: {command} needs a CUDA GPU and torch {torch.__version__} sees none "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})"
+        )
+    if precheck is not None:
+        precheck(cuda_available)
+    lock_name = device_lock_name(device, cuda_available=cuda_available)
+    with ExitStack() as held:
+        lock_path = held.enter_context(hold_device(lock_name, command))
         before = read_power(cuda_available)
         if options.expect_power_limit is not None:
             actual = before.limit_w
@@ -273,6 +249,8 @@ def guarded(
                     "(--expect-power-limit); pp3 never changes it: set it yourself or drop "
                     "the option"
                 )
+        root = ensure_scratch(settings)
+        held.enter_context(hold_scratch(root, command, exclusive=False))
         saved_affinity = os.sched_getaffinity(0)
         saved_env = {name: os.environ.get(name) for name in THREAD_VARIABLES}
         saved_threads = torch.get_num_threads()

@@ -36,7 +36,6 @@ RUNS_DIR = "runs"
 TMUX_DIR = "tmux"
 TMUX_SOCKET = "sock"
 TMUX_CONF = "tmux.conf"
-LOCK_NAME = "pp3.lock"
 # Interpreter folders whose bytecode belongs to installed packages, not to the project.
 _BYTECODE_SKIP_DIRS = frozenset({".git", ".venv", "venv", "node_modules", ".tox", ".nox"})
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -23,8 +25,8 @@ HOLDER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from pp3cli.run.guard import hold_lock
-    with hold_lock(Path(sys.argv[1]), "holder-command"):
+    from pp3cli.run.locks import hold_scratch
+    with hold_scratch(Path(sys.argv[1]), "holder-command", exclusive=False):
         print("held", flush=True)
         sys.stdin.read()
     """
@@ -46,7 +48,7 @@ def folders(tmp_path: Path) -> dict[str, Path]:
 
 @pytest.fixture
 def lock_held(folders: dict[str, Path]) -> Iterator[int]:
-    """Another process holds pp3's lock in the scratch root; yields its pid."""
+    """Another process uses the scratch root (a run's shared hold); yields its pid."""
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER, str(folders["scratch"])],
         stdin=subprocess.PIPE,
@@ -93,7 +95,7 @@ def test_exit_codes_in_process(folders: dict[str, Path], lock_held: int) -> None
     code, output = invoke(["verify-receipts", "--no-such-option"])
     assert code == 2 and "No such option" in output, output
     code, output = invoke(["--scratch", scratch, "clean-scratch"])
-    assert code == 3 and f"pid {lock_held}" in output, output
+    assert code == 3 and "another pp3 is running with scratch root" in output, output
 
 
 def test_real_process_exit_codes(folders: dict[str, Path], lock_held: int) -> None:
@@ -107,7 +109,7 @@ def test_real_process_exit_codes(folders: dict[str, Path], lock_held: int) -> No
         (["--receipts", str(folders["broken"]), "verify-receipts"], 1, "not in the manifest"),
         (["--scratch", "/", "clean-scratch"], 2, "filesystem root"),
         (["clean-scratch", "--bogus"], 2, "No such option"),
-        (["--scratch", scratch, "clean-scratch"], 3, f"pid {lock_held}"),
+        (["--scratch", scratch, "clean-scratch"], 3, "another pp3 is running"),
     ]
     environment = {**os.environ, "COLUMNS": "200"}
     environment.pop("PP3_SCRATCH", None)
@@ -212,8 +214,10 @@ def test_receipted_commands_list_their_own_and_the_shared_options(command: str) 
     assert "real drafter proxy" in invoke(["qualify", "-h"])[1]  # a command's own help text
 
 
-def test_only_pp3_errors_become_exit_codes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A bug is not a usage error: a ValueError escapes main() instead of exiting 2."""
+def test_only_pp3_errors_become_exit_codes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bug exits 4 (never 1, a failed check; never 2, bad input), its traceback saved."""
     from pp3cli.cli import app as app_module
     from pp3cli.run.errors import UsageProblem
 
@@ -223,10 +227,159 @@ def test_only_pp3_errors_become_exit_codes(monkeypatch: pytest.MonkeyPatch) -> N
     def refused() -> None:
         raise UsageProblem("bad input")
 
+    monkeypatch.setenv("PP3_SCRATCH", str(tmp_path / "scratch"))
+    monkeypatch.setattr(app_module, "_parsed", [])
     monkeypatch.setattr(app_module, "app", broken)
-    with pytest.raises(ValueError, match="a bug"):
+    with pytest.raises(SystemExit) as exited:
         app_module.main()
+    assert exited.value.code == 4
+    stderr = capsys.readouterr().err
+    assert "internal error" in stderr and "ValueError: a bug, not bad input" in stderr, stderr
+    saved = Path(stderr.split("traceback saved to ")[1].strip())
+    assert saved.is_relative_to(tmp_path / "scratch" / "runs"), saved
+    assert "raise ValueError" in saved.read_text() and "Traceback" in saved.read_text()
     monkeypatch.setattr(app_module, "app", refused)
     with pytest.raises(SystemExit) as exited:
         app_module.main()
     assert exited.value.code == 2
+
+
+NAPPER = textwrap.dedent(
+    """
+    import sys, time
+    from pp3cli.cli import app as pp3_app
+
+    @pp3_app.app.command("nap")
+    def nap() -> None:
+        print("ready", flush=True)
+        time.sleep(120)
+
+    sys.argv = ["pp3", "nap"]
+    pp3_app.main()
+    """
+)
+
+
+def test_ctrl_c_exits_130_with_a_message() -> None:
+    """A real process interrupted by SIGINT exits 130 (documented), saying so on stderr."""
+    napper = subprocess.Popen(
+        [sys.executable, "-c", NAPPER], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert napper.stdout is not None
+    assert napper.stdout.readline().strip() == "ready"
+    napper.send_signal(signal.SIGINT)
+    _, stderr = napper.communicate(timeout=60)
+    assert napper.returncode == 130 and "pp3: interrupted" in stderr, (napper.returncode, stderr)
+
+
+def test_a_crash_in_a_real_process_exits_4(tmp_path: Path) -> None:
+    """An uncaught exception in a real `pp3` process: exit 4, the saved traceback named."""
+    crasher = textwrap.dedent(
+        """
+        import sys
+        from pp3cli.cli import app as pp3_app
+
+        @pp3_app.app.command("crash")
+        def crash() -> None:
+            raise ZeroDivisionError("planted")
+
+        sys.argv = ["pp3", "--scratch", sys.argv[1], "crash"]
+        pp3_app.main()
+        """
+    )
+    scratch = tmp_path / "scratch"
+    done = subprocess.run(
+        [sys.executable, "-c", crasher, str(scratch)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 4, (done.returncode, done.stderr)
+    saved = Path(done.stderr.split("traceback saved to ")[1].strip())
+    assert saved.parent.parent == scratch.resolve() / "runs" and saved.is_file(), done.stderr
+    assert "ZeroDivisionError: planted" in saved.read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "fragment"),
+    [
+        (["oracle", "--device", "tpu"], 2, "--device 'tpu'"),
+        (["oracle", "--device", "cuda"], 3, "no GPU"),
+        (["probe"], 3, "no GPU"),
+        (["qualify", "--profile", "smoke"], 3, "TRITON_INTERPRET is not 1"),
+        (["oracle", "--device", "cpu", "--expect-power-limit", "700"], 3, "power limit"),
+        (["qualify", "--alpha", "2"], 2, "--alpha 2"),
+    ],
+)
+def test_nothing_is_created_before_validation_passes(
+    args: list[str], code: int, fragment: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding 6: a refused command leaves no run folder (nor any scratch root) behind."""
+    import pynvml
+    import torch
+
+    import pp3kernels.runtime
+
+    def no_nvml() -> None:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(pp3kernels.runtime, "is_interpreter", lambda: False)
+    monkeypatch.setattr(pynvml, "nvmlInit", no_nvml)
+    scratch, receipts = tmp_path / "scratch", tmp_path / "receipts"
+    found, output = invoke(["--scratch", str(scratch), "--receipts", str(receipts), *args])
+    assert found == code and fragment in output, output
+    assert not scratch.exists() and not receipts.exists(), sorted(tmp_path.rglob("*"))
+
+
+def test_a_held_device_lock_creates_nothing(tmp_path: Path) -> None:
+    from pp3cli.run.locks import device_lock_name, hold_device
+
+    scratch = tmp_path / "scratch"
+    with hold_device(device_lock_name(None, cuda_available=False), "holder"):
+        found, output = invoke(["--scratch", str(scratch), "oracle", "--device", "cpu"])
+    assert found == 3 and "in use by another pp3" in output, output
+    assert not scratch.exists()
+
+
+HELP_PAGES = (
+    [], ["qualify"], ["oracle"], ["probe"], ["verify-receipts"], ["clean-scratch"],
+    ["overlay"], ["overlay", "fetch"], ["overlay", "verify"],
+)  # fmt: skip
+
+
+def _help(command: list[str], columns: int) -> str:
+    result = CliRunner().invoke(app, [*command, "-h"], env={"COLUMNS": str(columns)})
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.mark.parametrize("command", HELP_PAGES, ids=lambda c: " ".join(c) or "pp3")
+def test_help_shows_no_bool_placeholders_and_reflows_paragraphs(command: list[str]) -> None:
+    """Finding 7: no `<bool>` on yes/no flags; a docstring paragraph is one line when wide."""
+    import inspect
+
+    from typer.main import get_command
+
+    output = _help(command, 400)
+    assert "<bool>" not in output, output
+    target: Any = get_command(app)
+    for name in command:
+        target = target.get_command(None, name)
+    for paragraph in inspect.cleandoc(target.help or "").split("\n\n"):
+        flat = " ".join(paragraph.split())
+        assert any(flat in line for line in output.splitlines()), (
+            f"help paragraph broken across lines:\n{paragraph}\n---\n{output}"
+        )
+
+
+@pytest.mark.parametrize(
+    ("args", "wanted", "unwanted"),
+    [
+        (["qualify", "--bogus"], "See pp3 qualify -h", "--cpus"),
+        (["qualify", "--cpu", "3"], "Did you mean --cpus?", "Possible options"),
+        (["verify-receipts", "--receipts", "x"], "option of pp3 itself", "Possible options"),
+        (["verify-receipts", "--scratch", "x"], "pp3 --scratch VALUE verify-receipts", "Did you"),
+    ],
+)
+def test_unknown_options_get_a_sane_hint(args: list[str], wanted: str, unwanted: str) -> None:
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "300"})
+    assert result.exit_code == 2, result.output
+    assert wanted in result.output and unwanted not in result.output, result.output

@@ -7,7 +7,7 @@ import functools
 import pytest
 import torch
 
-from pp3cli.evidence.edge import CHECKS, EdgeResult, run_edge_battery
+from pp3cli.evidence.edge import CHECKS, EdgeResult, check_cross_split_ties, run_edge_battery
 from pp3kernels.interface import ChainResult
 from pp3kernels.reference import reference_verify_chain
 
@@ -28,6 +28,7 @@ def test_battery_names_every_required_check(reference_results: list[EdgeResult])
         "invalidated_proposals",
         "id_ties",
         "signed_zero",
+        "cross_split_ties",
         "request_permutation",
         "nan_logits",
         "posinf_logits",
@@ -49,7 +50,18 @@ def _failed(verifier, names: set[str]) -> set[str]:  # type: ignore[no-untyped-d
 
 def test_ties_highest_id_fails_tie_checks() -> None:
     bad = functools.partial(reference_verify_chain, defect="ties_highest_id")
-    assert _failed(bad, {"id_ties", "signed_zero"}) == {"id_ties", "signed_zero"}
+    ties = {"id_ties", "signed_zero", "cross_split_ties"}
+    assert _failed(bad, ties) == ties
+
+
+def test_selector_keeps_the_lowest_id_across_vocabulary_splits() -> None:
+    """Finding 8: the split-vocabulary launch's tie rule, forced in the interpreter (the GPU
+    takes it by itself at V = 32768): four chunks of 8192, ties straddling them."""
+    from pp3kernels import LaunchPlan, verify_chain
+
+    split = functools.partial(verify_chain, plan=LaunchPlan(1, 2048, 4, 8192, 4, 2048))
+    result = check_cross_split_ties(split, CPU, 7)
+    assert result.passed, result.detail
 
 
 def test_batch_index_counters_fail_permutation() -> None:

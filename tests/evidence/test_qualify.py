@@ -22,8 +22,10 @@ from pp3cli.evidence.profiles import PROFILES
 from pp3cli.evidence.qualify import (
     Battery,
     QualificationReport,
+    as_target_form,
     count_members,
     run_qualification,
+    target_inputs,
 )
 from pp3cli.evidence.stats import g_test, holm, power_of
 from pp3cli.evidence.targets import TARGETS, target_by_name
@@ -59,7 +61,10 @@ def test_reference_passes_smoke(reference_report: QualificationReport) -> None:
 def test_each_defect_fails_smoke(defect: str) -> None:
     """The control battery (stopping at its first failing part) catches every defect."""
     bad = functools.partial(reference_verify_chain, defect=defect)
-    battery = Battery(SMOKE.requests or 0, SMOKE.n_greedy, torch.device("cpu"), 3, SMOKE, ALPHA)
+    uncapped = tuple(t for t in TARGETS if not t.capped)  # as run_qualification runs controls
+    battery = Battery(
+        SMOKE.requests or 0, SMOKE.n_greedy, torch.device("cpu"), 3, SMOKE, ALPHA, uncapped
+    )
     members, family, greedy, edge = battery.run(bad, stop_at_failure=True)
     caught = battery_caught(family.passed, greedy.mismatches, (e.passed for e in edge))
     assert caught, f"control {defect} passed the smoke battery"
@@ -140,6 +145,37 @@ def test_recomputer_accepts_the_receipt_and_detects_tampering(
     negative = copy.deepcopy(predicate)
     negative["data"]["members"][0]["observed"][0] = -1
     assert recompute(negative) == "FAIL"
+
+
+def test_the_power_statement_is_per_target_and_recomputed(
+    reference_report: QualificationReport,
+) -> None:
+    """A capped target states its own (weaker) detectable TV; verify-receipts recomputes it."""
+    predicate = _predicate(reference_report)
+    stated = {entry["name"]: entry for entry in predicate["data"]["targets"]}
+    assert set(stated) == {t.name for t in TARGETS}
+    wide = stated["wide_support"]
+    assert wide["requests"] == 256 < stated["sparse_tails"]["requests"] == SMOKE.requests
+    assert wide["tv"] > stated["sparse_tails"]["tv"] > 0
+    overstated = copy.deepcopy(predicate)
+    overstated["data"]["targets"][-1]["tv"] /= 2  # claims more power than the counts give
+    verdict, problems = recompute_qualification(overstated)
+    assert verdict == "FAIL" and any("detecting TV" in p for p in problems), problems
+    assert not any("wide_support" in c["members"][0]["name"] for c in
+                   predicate["data"]["controls"])  # fmt: skip
+
+
+def test_dense_targets_reach_the_verifier_as_dense_q() -> None:
+    target = next(t for t in TARGETS if t.q_form == "dense")
+    index = torch.arange(6, dtype=torch.int64)
+    sparse = target_inputs(target, index, seed=1, target_index=2)
+    dense = as_target_form(target, sparse)
+    assert dense.q_ids is None and dense.q_counts is None and dense.denominator is None
+    assert dense.q_dense is not None
+    assert torch.equal(dense.q_dense, target.q_dense().expand(6, -1, -1))
+    assert torch.equal(dense.draft_tokens, sparse.draft_tokens)
+    plain = next(t for t in TARGETS if t.q_form == "sparse")
+    assert as_target_form(plain, sparse) is sparse
 
 
 def test_member_laws_known_values() -> None:

@@ -1,4 +1,4 @@
-"""The five toy targets: consistency, coverage of the issue's cases, fp32 margins."""
+"""The toy targets: consistency, coverage of the issue's cases, fp32 margins."""
 
 from __future__ import annotations
 
@@ -15,14 +15,29 @@ from pp3cli.evidence.targets import TARGETS, ToyTarget, rounding_gap, target_by_
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
 def test_target_is_consistent(target: ToyTarget) -> None:
     target.validate()
-    assert 5 <= target.vocab <= 16
-    assert target.k in (4, 5)
+    if target.capped:  # the costly wide target: few rows, a large vocabulary and support
+        assert target.k >= 1 and target.vocab >= 256
+    else:
+        assert 5 <= target.vocab <= 16
+        assert target.k in (4, 5)
     assert target.purpose and target.draft_policy
 
 
+def test_targets_cover_every_input_form() -> None:
+    """Finding 8: dense q, a temperature that is not a power of two, a support S >= 256."""
+    assert any(t.q_form == "dense" for t in TARGETS) and any(t.q_form == "sparse" for t in TARGETS)
+    assert any(math.log2(t.tau) != round(math.log2(t.tau)) for t in TARGETS)
+    wide = [t for t in TARGETS if t.support >= 256]
+    assert wide and all(t.requests("seed", 20_000) < 20_000 for t in wide)
+    assert all(t.requests("strict", 1 << 30) >= 1 << 20 for t in wide)
+    # a real vocabulary size, so that the GPU takes the split-vocabulary launch
+    large = [t for t in TARGETS if t.vocab >= 32768]
+    assert large and all(t.requests("strict", 1 << 30) >= 1 << 20 for t in large)
+
+
 def test_targets_cover_the_required_cases() -> None:
-    assert len(TARGETS) == 5
-    assert {t.k for t in TARGETS} == {4, 5}
+    assert len(TARGETS) == 7
+    assert {t.k for t in TARGETS if not t.capped} == {4, 5}
     assert any(t.tau < 1 for t in TARGETS) and any(t.tau > 1 for t in TARGETS)
     assert any(t.invalid_row is not None for t in TARGETS)
     assert any(t.support == 1 for t in TARGETS)  # point-mass drafts
@@ -70,13 +85,13 @@ def test_fp32_softmax_keeps_every_exact_comparison(target: ToyTarget) -> None:
     e = torch.exp(logits - logits.max(dim=-1, keepdim=True).values)
     p32 = e / e.sum(dim=-1, keepdim=True)
     for i in range(target.k + 1):
-        for v in range(target.vocab):
-            if target.p(i)[v] == 0:
-                assert p32[i, v].item() == 0.0
+        p_exact = target.p(i)
+        zero = torch.tensor([p == 0 for p in p_exact])
+        assert bool((p32[i][zero] == 0.0).all())
         if i == target.k:
             continue
         for v, count in target.draft[i]:
-            exact = target.p(i)[v] - Fraction(count, target.denominator)
+            exact = p_exact[v] - Fraction(count, target.denominator)
             got = Fraction(p32[i, v].item()) - Fraction(count, target.denominator)
             assert (exact > 0) == (got > 0) and (exact == 0) == (got == 0), (target.name, i, v)
             if exact != 0:

@@ -219,9 +219,26 @@ def test_zero_residual_falls_back_to_p() -> None:
     assert result.tokens[rejected, 1].tolist() == [-1] * rejected.numel()
 
 
+def _as_dense(args: dict[str, Any]) -> dict[str, Any]:
+    """The same call with q given dense: count / C in fp32 (exact, C a power of two)."""
+    args = dict(args)
+    ids, counts = args.pop("q_ids").long(), args.pop("q_counts")
+    denominator = args.pop("denominator")
+    dense = torch.zeros(*ids.shape[:2], args["logits"].shape[-1], dtype=torch.float32)
+    weights = torch.where(ids >= 0, counts.float() / denominator, 0.0)
+    dense.scatter_add_(-1, ids.clamp(min=0), weights)
+    return {**args, "q_dense": dense}
+
+
 @pytest.mark.parametrize("defect", DEFECTS)
 def test_each_defect_changes_the_output(defect: str) -> None:
     args = _battery(seed=8)
+    if defect.startswith("dense_"):
+        # A dense-path defect is invisible with sparse q, and shows with dense q.
+        sparse = _run(args, defect=defect)
+        clean_sparse = _run(args)
+        assert torch.equal(sparse.tokens, clean_sparse.tokens)
+        args = _as_dense(args)
     clean = _run(args)
     planted = _run(args, defect=defect)
     differs = (planted.tokens != clean.tokens).any(-1) | (planted.accepted != clean.accepted)

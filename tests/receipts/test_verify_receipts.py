@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from pp3cli.cli.app import app
 from pp3cli.receipts import recompute, write
-from pp3cli.receipts.verify import FAIL, OK, STALE, Result, verify_receipts
+from pp3cli.receipts.verify import FAIL, OK, ORPHAN, STALE, Result, verify_receipts
 from pp3cli.receipts.write import canonical_json, manifest_line, write_receipt
 from pp3cli.run.errors import Pp3Error
 
@@ -167,12 +167,26 @@ def test_replaced_manifest_line_fails(written: list[Path], tree: Path) -> None:
     assert "chain is broken" in report(results)
 
 
-def test_unlisted_receipt_fails(written: list[Path], tree: Path) -> None:
+def test_unlisted_receipt_is_orphan_while_the_chain_is_intact(
+    written: list[Path], tree: Path
+) -> None:
+    """A receipt without its line (a writer killed in between) is ORPHAN, never FAIL."""
     stray = written[0].parent / "toy-20990101T000000000000Z.json"
     stray.write_bytes(written[0].read_bytes())
     results = check(written[0].parent, tree)
+    found = statuses(results)
+    assert found[stray.name] == ORPHAN, report(results)
+    assert f"ORPHAN: {stray.name} — not in the manifest" in report(results)
+    assert all(found[p.name] == OK for p in written) and found["MANIFEST.jsonl"] == OK
+    assert statuses(check(written[0].parent, tree, strict=True))[stray.name] == FAIL
+
+
+def test_unlisted_receipt_with_bad_content_fails(written: list[Path], tree: Path) -> None:
+    stray = written[0].parent / "toy-20990101T000000000000Z.json"
+    stray.write_bytes(written[0].read_bytes().replace(b'"count":3', b'"count":9'))
+    results = check(written[0].parent, tree)
     assert statuses(results)[stray.name] == FAIL, report(results)
-    assert f"FAIL: {stray.name} — not in the manifest" in report(results)
+    assert "not in the manifest" in report(results)
 
 
 @pytest.mark.parametrize(
@@ -301,7 +315,7 @@ def test_command_lines_json_and_exit_codes(written: list[Path], tree: Path) -> N
         ["--receipts", folder, "verify-receipts", "--json", "--source-root", str(tree)]
     )
     payload = orjson.loads(output.strip().splitlines()[0])
-    assert code == 0 and payload["counts"] == {"OK": 4, "STALE": 0, "FAIL": 0}, output
+    assert code == 0 and payload["counts"] == {"OK": 4, "STALE": 0, "ORPHAN": 0, "FAIL": 0}, output
     (tree / "kernels" / "selector.py").write_text("# moved on\n")
     code, output = invoke(["--receipts", folder, "verify-receipts", "--source-root", str(tree)])
     assert code == 0 and "STALE:" in output, output

@@ -33,8 +33,10 @@ HOLDER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from pp3cli.run.guard import hold_lock
-    with hold_lock(Path(sys.argv[1]), "holder-command"):
+    from pp3cli.run.guard import GuardOptions, guarded
+    from pp3cli.run.settings import Settings
+    settings = Settings(scratch=Path(sys.argv[1]), receipts=Path("r"))
+    with guarded("holder-command", settings, GuardOptions(threads=1), require_gpu=False):
         print("held", flush=True)
         sys.stdin.read()
     """
@@ -53,10 +55,13 @@ def quiet_options(**overrides: Any) -> GuardOptions:
 
 @pytest.fixture
 def lock_holder(settings: Settings) -> Iterator[subprocess.Popen[str]]:
-    """A second process holding pp3's lock until its stdin closes."""
-    root = ensure_scratch(settings)
+    """A second process running guarded (holding this host's device lock) until stdin closes.
+
+    Its scratch root is its own, not ``settings.scratch``: the device lock does not depend
+    on the scratch folder.
+    """
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(root)],
+        [sys.executable, "-c", HOLDER, str(settings.scratch.parent / "holder-scratch")],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -177,14 +182,15 @@ def test_guard_applies_and_restores_affinity_threads_and_writes_lock_info(
         assert os.sched_getaffinity(0) == {cpu}
         assert os.environ["OMP_NUM_THREADS"] == os.environ["MKL_NUM_THREADS"] == "2"
         assert torch.get_num_threads() == 2
-        info = orjson.loads((record.lock_path.parent / "pp3.lock.json").read_bytes())
+        info = orjson.loads(record.lock_path.read_bytes())
         assert info["pid"] == os.getpid() and info["command"] == "apply", info
+        assert info["holder"] and info["argv"] and info["device"].startswith(("host-", "gpu-"))
         assert has_marker(record.run_dir, "pp3-run"), record.run_dir
         environment = record.environment()
     assert os.sched_getaffinity(0) == affinity_before
     assert os.environ["OMP_NUM_THREADS"] == "5" and "MKL_NUM_THREADS" not in os.environ
     assert torch.get_num_threads() == threads_before
-    assert not (record.lock_path.parent / "pp3.lock.json").exists()
+    assert record.lock_path.read_bytes() == b""  # emptied, never unlinked
     assert environment["affinity"] == [cpu] and environment["threads"] == 2
     assert environment["interpreter"] == (os.environ.get("TRITON_INTERPRET") == "1")
     assert environment["torch"] and environment["python"] and environment["lock_path"]
