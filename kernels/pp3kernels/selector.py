@@ -51,6 +51,10 @@ _INTERP_MAX_BLOCK_V = 1024  # tokens per tile (the whole row when V <= 1024)
 # for all block_b requests of a program, stays within it (see _tile_elements_per_request).
 _INTERP_TILE_ELEMENTS = 1 << 20
 _INTERP_MAX_BLOCK_B = 8192  # requests per program
+# Past this vocabulary the interpreter splits it into chunks of this many tokens, as the GPU
+# does (in chunks of 2048) from V = 1025 on: CPU runs then exercise the split path (chunk
+# masses, support corrections, exact rescans, cross-split ties) at a cost close to one split.
+_INTERP_CHUNK = 8192
 # GPU, small vocabularies (qualification targets, V <= 1024): one request per program and
 # one split of _SMALL_VOCAB tokens; tiles of at least 16 lanes.
 _SMALL_VOCAB = 1024
@@ -133,8 +137,9 @@ def plan_launch(
 ) -> LaunchPlan:
     """Pick the launch shape (``support``: q's slots S for sparse q, else 1).
 
-    Interpreter: one split and up to 8192 requests per program, every tile within Triton's
-    2^20-element limit for the given rows and support (each program instance costs a second
+    Interpreter: up to 8192 requests per program, one split up to V = 8192 and splits of
+    8192 tokens beyond, every tile within Triton's 2^20-element limit for the given rows,
+    support and splits (each program instance costs a second
     or more; numpy on a big tile is cheap). Small
     vocabularies on a GPU: one request per program, one split (row tiles of many requests hit
     a scan-lowering assertion in Triton 3.6 on sm_90). Large vocabularies on a GPU: one request
@@ -144,7 +149,8 @@ def plan_launch(
     r = triton.next_power_of_2(rows)
     if interpreter:
         block_v = triton.next_power_of_2(min(vocab, _INTERP_MAX_BLOCK_V))
-        per_request = _tile_elements_per_request(r, block_v, support, 1)
+        nsplit = triton.cdiv(vocab, _INTERP_CHUNK) if vocab > _INTERP_CHUNK else 1
+        per_request = _tile_elements_per_request(r, block_v, support, nsplit)
         block_b = max(
             1,
             min(
@@ -153,8 +159,8 @@ def plan_launch(
                 _INTERP_MAX_BLOCK_B,
             ),
         )
-        chunk = triton.cdiv(vocab, block_v) * block_v
-        return LaunchPlan(block_b, block_v, 1, chunk, _NUM_WARPS, block_v)
+        chunk = _INTERP_CHUNK if nsplit > 1 else triton.cdiv(vocab, block_v) * block_v
+        return LaunchPlan(block_b, block_v, nsplit, chunk, _NUM_WARPS, block_v)
     if vocab <= _SMALL_VOCAB:
         block_v = max(_SMALL_MIN_BLOCK_V, triton.next_power_of_2(vocab))
         return LaunchPlan(1, block_v, 1, _SMALL_VOCAB, _NUM_WARPS, _DRAW_TILE)

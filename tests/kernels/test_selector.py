@@ -1143,6 +1143,17 @@ def test_bonus_token_law_when_drafts_equal_the_target() -> None:
     assert _g_test_p_value(counts, _law()) > ALPHA
 
 
+def test_interpreter_splits_large_vocabularies_like_the_gpu() -> None:
+    """Past V = 8192 the interpreter's plan has several splits, so CPU runs take the split
+    path (chunk masses, support corrections, rescans) that the GPU takes; same bits as the
+    reference, for every q form."""
+    plan = plan_launch(96, 4, 32_768, interpreter=True, support=16)
+    assert plan.nsplit == 4 and plan.chunk == 8192 and plan.block_b > 1
+    for q in ("sparse", "dense", "point"):
+        args = _make(batch=96, drafts=3, vocab=32_768, seed=11, q=q, support=16)
+        _assert_same(_kernel(args), _reference(args), args)
+
+
 def test_interpreter_plan_is_one_split() -> None:
     """The plans the tests above rely on: one split, up to 8192 requests per program."""
     plan = plan_launch(20_000, 3, 6, interpreter=True)
@@ -1204,6 +1215,9 @@ PINNED_PLANS: dict[tuple[int, int, int, bool], tuple[int, int, int, int, int, in
     (128, 3, 1000, True): (128, 1024, 1, 1024, 4, 1024),
     (5, 6, 2100, True): (8, 1024, 1, 3072, 4, 1024),
     (9000, 3, 8, True): (8192, 8, 1, 8, 4, 8),
+    (4, 6, 8192, True): (4, 1024, 1, 8192, 4, 1024),
+    (512, 4, 32_768, True): (256, 1024, 4, 8192, 4, 1024),
+    (4, 6, 129_280, True): (4, 1024, 16, 8192, 4, 1024),
 }
 
 
