@@ -232,8 +232,9 @@ _WIDE_ROW0 = tuple(
 )  # / 2^10: 8 tokens outside q's support, 8 with p > q, 48 with p < q, 200 support ids p = 0
 _WIDE_ROW1 = tuple(64 if v >= _WIDE_VOCAB - 16 else 0 for v in range(_WIDE_VOCAB))
 
-# split_vocab: a real vocabulary size, so that a GPU takes the split-vocabulary launch
-# (chunks of 2048 tokens); p and q sit on both sides of chunk boundaries.
+# split_vocab: a real vocabulary size, so that the split-vocabulary launch runs (chunks of
+# 2048 tokens on a GPU, 8192 in the interpreter); p and q sit on both sides of chunk
+# boundaries of both.
 _SPLIT_VOCAB = 32768
 _SPLIT_ROW0 = {0: 128, 2047: 128, 2048: 128, 16383: 128, 16384: 128, 30000: 128, 32767: 256}
 _SPLIT_ROW1 = dict.fromkeys((2047, 2048, 8191, 8192, 16383, 16384, 24575, 24576), 128)
