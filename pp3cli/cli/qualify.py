@@ -246,6 +246,12 @@ def qualify_command(
                 )
             if name == "flashinfer" and not cuda:
                 raise EnvironmentProblem("--verifier flashinfer needs a CUDA GPU (none seen)")
+            if name == "vllm-mrv2" and not cuda:
+                from pp3cli.verifiers.vllm_mrv2 import interpreter_blocker
+
+                blocker = interpreter_blocker()
+                if blocker is not None:
+                    raise EnvironmentProblem(blocker)
         root = repo_root()
         candidates = default_overlay_candidates(settings.scratch)
         for spec in (verifier, pair_with):

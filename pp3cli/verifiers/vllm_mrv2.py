@@ -79,6 +79,25 @@ def vllm_arguments(inputs: ChainInputs, *, draft_logits: Tensor | None = None) -
     }
 
 
+def interpreter_blocker() -> str | None:
+    """Why vLLM's kernels cannot run in Triton's interpreter here, or None when they can.
+
+    vLLM 0.33's kernels loop over runtime bounds (``range(num_draft_tokens)``); Triton
+    3.6's interpreter converts such a bound through a one-element numpy array, which numpy
+    >= 2.4 refuses (triton-lang/triton#9171). pp3's own kernels keep their bounds constexpr.
+    """
+    import numpy as np
+
+    major, minor = (int(part) for part in np.__version__.split(".")[:2])
+    if (major, minor) >= (2, 4):
+        return (
+            f"vLLM 0.33's Triton kernels cannot run in Triton's interpreter with numpy "
+            f"{np.__version__} (runtime loop bounds; triton-lang/triton#9171): run it on a "
+            "GPU, or in an environment with numpy < 2.4"
+        )
+    return None
+
+
 def chain_from_vllm(sampled: Tensor, num_sampled: Tensor) -> tuple[Tensor, Tensor]:
     """vLLM outputs -> pp3's layout: tokens [B, K+1] int32 (-1 past the emitted ones) and
     accepted [B] int32 = num_sampled - 1."""

@@ -176,3 +176,18 @@ def test_pair_with_itself_is_a_usage_error(tmp_path: Path) -> None:
     done = _pp3(["qualify", "--verifier", "reference", "--pair-with", "reference"], tmp_path, HERE)
     assert done.returncode == 2, done.stderr
     assert "--pair-with reference" in done.stderr
+
+
+def test_vllm_interpreter_blocker_names_numpy_2_4(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """vLLM's kernels cannot run in Triton 3.6's interpreter with numpy >= 2.4: qualify's
+    precheck turns this reason into exit 3 before anything is created."""
+    import numpy as np
+
+    from pp3cli.verifiers.vllm_mrv2 import interpreter_blocker
+
+    monkeypatch.setattr(np, "__version__", "2.4.6")
+    assert "numpy 2.4.6" in (interpreter_blocker() or "")
+    monkeypatch.setattr(np, "__version__", "2.3.5")
+    assert interpreter_blocker() is None
