@@ -2,34 +2,56 @@
 
 from __future__ import annotations
 
+import sys
 import time
+from contextlib import nullcontext
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from pp3cli.cli.options import RunOptions, settings_of, with_run_options
+from pp3cli.cli.ranked import rank_run_options, run_as_rank
 from pp3cli.cli.receipted import Finding, run_receipted
 from pp3cli.evidence.profiles import ALPHA, PROFILES, Profile
 from pp3cli.run.errors import EnvironmentProblem, UsageProblem
+from pp3cli.run.settings import Settings
 from pp3cli.verifiers.registry import VerifierName
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
     from pp3cli.evidence.qualify import QualificationReport
+    from pp3cli.evidence.shares import RankShare
     from pp3cli.run.guard import GuardRecord
 
 
-def _plan_output(tv: float, alpha: float, json_output: bool) -> None:
+def _plan_output(tv: float, alpha: float, json_output: bool, ranks: int, receipts: Path) -> None:
     import orjson
     from rich.console import Console
     from rich.table import Table
 
     from pp3cli.evidence.family import plan_samples
+    from pp3cli.evidence.targets import TARGETS
+    from pp3cli.receipts.rates import expected_wall_s, newest_rate
+    from pp3cli.run.scratch import repo_root
+    from pp3cli.verifiers.registry import planted_defect_controls
 
     rows = plan_samples(tv, alpha)
+    n = max(r.n_needed for r in rows)
+    rate = newest_rate(receipts, repo_root()) if receipts.is_dir() else None
+    controls = len(planted_defect_controls())
+    wall = None if rate is None else expected_wall_s(rate, n, len(TARGETS), controls, ranks)
     if json_output:
-        payload = {"tv": tv, "alpha": alpha, "members": [r.__dict__ for r in rows]}
+        payload = {
+            "tv": tv,
+            "alpha": alpha,
+            "members": [r.__dict__ for r in rows],
+            "requests_per_target": n,
+            "gpus": ranks,
+            "rate": None if rate is None else rate.to_json(),
+            "expected_wall_s": wall,
+        }
         typer.echo(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS).decode())
         return
     table = Table(title=f"samples per member: TV {tv:g}, power 0.99, family alpha {alpha:g}")
@@ -38,7 +60,20 @@ def _plan_output(tv: float, alpha: float, json_output: bool) -> None:
     for row in rows:
         table.add_row(row.member, str(row.outcomes), str(row.df), f"{row.n_needed:,}")
     Console().print(table)
-    typer.echo(f"requests per target: {max(r.n_needed for r in rows):,}")
+    typer.echo(f"requests per target: {n:,}")
+    if rate is None or wall is None:
+        typer.echo(
+            f"expected wall time: unknown (no verified single-GPU H200 strict qualification "
+            f"receipt in {receipts} to measure a rate from)"
+        )
+        return
+    typer.echo(
+        f"expected wall time on {ranks} GPU(s): {wall:,.0f} s ({wall / 60:.1f} min) for "
+        f"{(1 + controls) * len(TARGETS) * n:,} family requests (verifier + {controls} "
+        f"controls); rate {rate.requests_per_s:,.0f} requests/s per GPU from {rate.receipt} "
+        f"({rate.status}, {rate.gpu_name}: {rate.requests:,} requests in {rate.elapsed_s:g} s); "
+        "start-up and rank 0's greedy pairing not included"
+    )
 
 
 def _summary(report: QualificationReport) -> RenderableType:
@@ -154,6 +189,14 @@ def qualify_command(
         bool,
         typer.Option("--via-proxy", help="Send every draft through the real drafter proxy."),
     ] = False,
+    gpus: Annotated[
+        int | None,
+        typer.Option(
+            "--gpus",
+            help="Run on N GPUs (N CPU processes on a CPU machine): launches `torchrun "
+            "--nproc-per-node N -m pp3cli qualify ...`; with --plan, the N to plan for.",
+        ),
+    ] = None,
 ) -> None:
     """Qualify a verifier: exact-law G-tests (Holm), greedy pairing, edge battery, controls.
 
@@ -170,11 +213,26 @@ def qualify_command(
         raise UsageProblem(f"--n-greedy {n_greedy}: expected at least 1")
     if profile is not None and profile not in PROFILES:
         raise UsageProblem(f"--profile {profile!r}: expected one of {', '.join(PROFILES)}")
+    if gpus is not None and gpus < 1:
+        raise UsageProblem(f"--gpus {gpus}: expected at least 1")
     if plan:
-        _plan_output(tv if tv is not None else 1e-3, alpha, run.json_output)
+        profile_tv = PROFILES[profile].tv if profile is not None else None
+        planned_tv = tv if tv is not None else profile_tv if profile_tv is not None else 1e-3
+        _plan_output(planned_tv, alpha, run.json_output, gpus or 1, settings.receipts)
+        return
+    from pp3cli.run.ranks import RankPlace
+
+    place = RankPlace.from_environment()
+    if gpus is not None:
+        if place is not None:
+            raise UsageProblem(
+                f"--gpus {gpus} inside a torchrun worker (rank {place.rank}): torchrun already "
+                "started the ranks; drop --gpus"
+            )
+        _launch(gpus, settings, run)
         return
 
-    def work(record: GuardRecord) -> Finding:
+    def work(record: GuardRecord) -> Finding | None:
         """The guarded work: pick the profile for this machine, run, and shape the receipt."""
         from rich.console import Console
 
@@ -196,22 +254,36 @@ def qualify_command(
         started = time.monotonic()
         console = Console(stderr=True)
         bars, progress = _progress_printer(console, started)
-        with bars:
-            report = run_qualification(
-                chosen,
-                verifier=resolve_verifier(verifier.value),
-                device=device,
-                alpha=alpha,
-                seed=seed,
-                tv=tv,
-                n_greedy=n_greedy,
-                controls=controls,
-                full_controls=full_controls,
-                transport=transport,
-                progress=progress,
-            )
+
+        def qualification(share: RankShare | None, on: str) -> QualificationReport:
+            quiet = share is not None and share.rank != 0  # rank 0 alone shows progress
+            with nullcontext() if quiet else bars:
+                return run_qualification(
+                    chosen,
+                    verifier=resolve_verifier(verifier.value),
+                    device=on,
+                    alpha=alpha,
+                    seed=seed,
+                    tv=tv,
+                    n_greedy=n_greedy,
+                    controls=controls,
+                    full_controls=full_controls,
+                    transport=transport,
+                    progress=None if quiet else progress,
+                    share=share,
+                )
+
+        distributed = None
+        if place is None:
+            report = qualification(None, device)
+        else:
+            report, distributed = run_as_rank(place, record, started, qualification)
+            if distributed is None:
+                return None  # rank 0 writes the receipt
         data = report.to_json()
         data["elapsed_s"] = round(time.monotonic() - started, 3)
+        if distributed is not None:
+            data["distributed"] = distributed
         if transport is not None:
             data["proxy"] = transport.summary()
         parameters = {
@@ -228,7 +300,22 @@ def qualify_command(
             "via_proxy": via_proxy,
             "batch": chosen.batch,
             "repeats": chosen.repeats,
+            "world_size": 1 if place is None else place.world_size,
         }
         return Finding(parameters, data, report.verdict, summary=_summary(report))
 
+    if place is not None:
+        run = rank_run_options(place, run)
     run_receipted("qualify", settings, run, work, kind="qualification", require_gpu=False)
+
+
+def _launch(gpus: int, settings: Settings, run: RunOptions) -> None:
+    """``pp3 qualify --gpus N``: torchrun's launcher, or the same in tmux with --detach."""
+    from pp3cli.run.ranks import launch, strip_option
+
+    if run.guard.detach:
+        from pp3cli.run.detach import start_detached
+
+        typer.echo(start_detached("qualify", settings, sys.argv[1:]))
+        return
+    launch(gpus, strip_option(sys.argv[1:], "--gpus"))

@@ -5,7 +5,8 @@
 1. ``--supersedes`` files are checked (UsageProblem, exit 2) before anything starts.
 2. ``--detach`` re-runs the command in pp3's tmux server and returns (exit 0).
 3. The work runs under the guard (lock, affinity, nice, threads, power limit read before
-   and after); it returns a ``Finding``: the receipt's parameters, data and verdict.
+   and after); it returns a ``Finding``: the receipt's parameters, data and verdict (None:
+   a distributed rank other than 0, which writes no receipt and prints nothing).
 4. The receipt is written (an in-toto Statement, never overwritten, hash-chained).
 5. Output: with ``--json`` the stored receipt itself on stdout, else the finding's summary;
    the ``receipt: PATH  verdict: V`` line always goes to stderr.
@@ -45,7 +46,7 @@ def run_receipted(
     command: str,
     settings: Settings,
     run: RunOptions,
-    work: Callable[[GuardRecord], Finding],
+    work: Callable[[GuardRecord], Finding | None],
     *,
     kind: str,
     require_gpu: bool,
@@ -64,6 +65,8 @@ def run_receipted(
         return
     with guarded(command, settings, run.guard, require_gpu=require_gpu) as record:
         finding = work(record)
+        if finding is None:  # a distributed rank other than 0: rank 0 writes the receipt
+            return
         environment = record.environment()
     path = write_receipt(
         settings.receipts,

@@ -24,6 +24,7 @@ from typing import Any
 
 from pp3cli.evidence.exact import fraction_from_text, fraction_text, marginal_laws
 from pp3cli.evidence.profiles import MIN_EXPECTED, POWER, Profile
+from pp3cli.evidence.shares import check_rank_counts
 from pp3cli.evidence.stats import (
     FamilyVerdict,
     MemberResult,
@@ -226,6 +227,7 @@ def recompute_qualification(predicate: Mapping[str, Any]) -> tuple[str, list[str
         if was_caught != bool(control["failed_as_required"]):
             problems.append(f"control {control['defect']}: stored failed flag is wrong")
         caught.append(was_caught)
+    problems.extend(check_rank_counts(data))  # distributed runs: per-rank counts add up
     verdict = qualification_verdict(
         family.passed,
         int(data["greedy"]["mismatches"]),

@@ -36,6 +36,8 @@ PROFILES: dict[str, Profile] = {
     "smoke": Profile("smoke", requests=2000, tv=None, batch=1024, n_greedy=1000, repeats=8),
     "seed": Profile("seed", requests=20_000, tv=None, batch=8192, n_greedy=100_000),
     "strict": Profile("strict", requests=None, tv=1e-3, batch=1 << 22, n_greedy=1_000_000),
+    # ~11x strict's requests (n grows as 1/tv^2): meant for several GPUs (`--gpus N`)
+    "exhaustive": Profile("exhaustive", requests=None, tv=3e-4, batch=1 << 22, n_greedy=1_000_000),
 }
 
 # `pp3 oracle`: requests per draft policy.

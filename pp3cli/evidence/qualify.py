@@ -28,6 +28,7 @@ from pp3cli.evidence.edge import EdgeResult, run_edge_battery
 from pp3cli.evidence.family import MemberRecord, judge_members, member_laws, requests_for
 from pp3cli.evidence.greedy import greedy_from_logits
 from pp3cli.evidence.profiles import MIN_REPEATS, Profile
+from pp3cli.evidence.shares import VERIFIER, RankCounts, RankShare
 from pp3cli.evidence.stats import FamilyVerdict
 from pp3cli.evidence.targets import TARGETS, ToyTarget
 from pp3cli.evidence.verdict import battery_caught, qualification_verdict
@@ -285,6 +286,7 @@ class QualificationReport:
     greedy: GreedyReport
     edge: tuple[EdgeResult, ...]
     controls: tuple[ControlReport, ...] = field(default_factory=tuple)
+    rank_counts: dict[str, RankCounts] | None = None  # distributed: battery -> per-rank
 
     @property
     def verdict(self) -> str:
@@ -335,6 +337,7 @@ class Battery:
     profile: Profile
     alpha: float
     targets: Sequence[ToyTarget] = TARGETS
+    share: RankShare | None = None  # distributed: this rank's calls (evidence/shares.py)
 
     def sample(
         self,
@@ -347,7 +350,15 @@ class Battery:
         target = self.targets[target_index]
         size = call_size(self.n, self.profile.batch, self.profile.repeats)
         totals: dict[str, np.ndarray] = {}
-        for start in range(0, self.n, size):
+        calls = math.ceil(self.n / size)
+        starts = [  # distributed: this rank's calls only (pp3cli.evidence.shares)
+            start
+            for start in range(0, self.n, size)
+            if self.share is None or self.share.owns_call(target_index, start // size, calls)
+        ]
+        total = sum(min(self.n, start + size) - start for start in starts)
+        done = 0
+        for start in starts:
             stop = min(self.n, start + size)
             index = torch.arange(start, stop, dtype=torch.int64, device=self.device)
             inputs = target_inputs(target, index, seed=self.seed, target_index=target_index)
@@ -355,8 +366,9 @@ class Battery:
                 inputs = transport(inputs, index, target_index, target.vocab)
             for name, values in count_members(target, inputs.verify_with(verifier)).items():
                 totals[name] = totals[name] + values if name in totals else values
+            done += stop - start
             if progress is not None:
-                progress(target.name, stop, self.n)
+                progress(target.name, done, total)
         return totals
 
     def family(
@@ -370,6 +382,8 @@ class Battery:
         for index in range(len(self.targets)):
             counts |= self.sample(verifier, index, transport, progress)
         laws = [law for target in self.targets for law in member_laws(target, self.n)]
+        if self.share is not None:
+            counts = self.share.merge(laws, counts)
         return judge_members(laws, counts, self.alpha)
 
     def run(
@@ -387,7 +401,9 @@ class Battery:
         n = 0, the edge battery as an empty list).
         """
         members, family = self.family(verifier, transport, progress)
-        if stop_at_failure and not family.passed:
+        if (stop_at_failure and not family.passed) or (
+            self.share is not None and self.share.rank != 0
+        ):  # a control already caught; or a rank other than 0 (greedy, edge run on rank 0)
             return BatteryResult(members, family, GreedyReport(0, 0, ()), [])
         greedy = run_greedy_pairing(
             self.n_greedy,
@@ -417,12 +433,15 @@ def run_qualification(
     transport: DraftTransport | None = None,
     targets: Sequence[ToyTarget] = TARGETS,
     progress: Progress | None = None,
+    share: RankShare | None = None,
 ) -> QualificationReport:
     """Run the family, greedy pairing and edge battery for ``verifier`` and each control.
 
     ``controls`` maps a defect name to a defective verifier (default: none); each runs the
     same battery at the same size and must be caught; unless ``full_controls``, a control
-    stops at its first failing part. ``tv`` overrides the profile's size.
+    stops at its first failing part. ``tv`` overrides the profile's size. With ``share``
+    this rank runs its calls of every family and the merged counts are judged
+    (``pp3cli.evidence.shares``); only rank 0's report carries the greedy and edge parts.
     """
     if not 0 < alpha < 1:
         raise ValueError(f"alpha = {alpha}: expected 0 < alpha < 1")
@@ -431,8 +450,9 @@ def run_qualification(
     pairs = profile.n_greedy if n_greedy is None else n_greedy
     if pairs < 1:
         raise ValueError(f"n_greedy = {pairs}: expected at least 1")
-    battery = Battery(n, pairs, dev, seed, profile, alpha, tuple(targets))
+    battery = Battery(n, pairs, dev, seed, profile, alpha, tuple(targets), share)
     members, family, greedy, edge = battery.run(verifier, progress=progress, transport=transport)
+    rank_counts = None if share is None else {VERIFIER: share.take()[0]}
     reports = []
     for defect, control in (controls or {}).items():
 
@@ -441,6 +461,8 @@ def run_qualification(
                 progress(f"control {_d}: {task}", done, total)
 
         caught = battery.run(control, progress=tagged, stop_at_failure=not full_controls)
+        if share is not None and rank_counts is not None:
+            rank_counts[defect] = share.take()[0]
         reports.append(
             ControlReport(
                 defect, tuple(caught.members), caught.family, caught.greedy, tuple(caught.edge)
@@ -457,4 +479,5 @@ def run_qualification(
         greedy=greedy,
         edge=tuple(edge),
         controls=tuple(reports),
+        rank_counts=rank_counts,
     )

@@ -1,7 +1,8 @@
 """One exception hierarchy for pp3; the CLI turns each into its documented exit code.
 
 Exit codes: 0 ok, 1 a check failed, 2 usage (bad input), 3 environment (no GPU where
-one is required, lock held, power limit not as expected, missing tool).
+one is required, lock held, power limit not as expected, missing tool), 5 a rank of a
+distributed run failed (died, or an exchange with the other ranks failed or timed out).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
 EXIT_USAGE = 2
 EXIT_ENVIRONMENT = 3
+EXIT_RANK_FAILED = 5
 
 
 class Pp3Error(Exception):
@@ -34,3 +36,9 @@ class EnvironmentProblem(Pp3Error):
     """The machine is not as required: no GPU, lock held, power limit differs (exit 3)."""
 
     exit_code = EXIT_ENVIRONMENT
+
+
+class RankFailed(Pp3Error):
+    """A rank of a distributed run died or an exchange failed; no receipt was written (exit 5)."""
+
+    exit_code = EXIT_RANK_FAILED

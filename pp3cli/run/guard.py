@@ -14,7 +14,7 @@ import platform
 import socket
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -41,6 +41,7 @@ class GuardOptions:
     threads: int = 8
     expect_power_limit: float | None = None
     detach: bool = False
+    lock: bool = True  # False: a distributed rank whose host lock local rank 0 holds
 
 
 def parse_cpu_list(text: str) -> list[int]:
@@ -250,7 +251,8 @@ def guarded(
     if not 1 <= options.threads:
         raise UsageProblem(f"threads {options.threads} must be at least 1")
     root = ensure_scratch(settings)
-    with hold_lock(root, command) as lock_path:
+    holding = hold_lock(root, command) if options.lock else nullcontext(root / LOCK_NAME)
+    with holding as lock_path:
         import torch
 
         cuda_available = bool(torch.cuda.is_available())
