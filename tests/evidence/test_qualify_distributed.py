@@ -1,0 +1,116 @@
+"""Distributed qualify on CPUs (gloo, 2 processes, the selector in Triton's interpreter).
+
+- The seed profile on 2 ranks through ``pp3 qualify --gpus 2`` (torchrun's launcher): PASS,
+  one receipt with per-rank devices, CPUs and counts, OK in verify-receipts.
+- N-invariance (smoke profile, to keep CI short): the non-distributed run and 2 ranks give
+  identical counts, statistics, p-values, greedy and edge results, controls and verdict.
+- Per-rank counts that do not add up to the judged counts make the receipt FAIL.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from pp3cli.evidence.family import recompute_qualification
+from pp3cli.evidence.profiles import ALPHA, PROFILES
+from pp3cli.evidence.qualify import run_qualification
+from pp3cli.evidence.shares import VERIFIER, check_rank_counts
+from pp3cli.receipts.verify import OK, verify_receipts
+from pp3cli.run.scratch import repo_root
+from pp3cli.verifiers.registry import planted_defect_controls, resolve_verifier
+
+COMPARED = ("members", "family", "greedy", "edge", "controls", "verdict", "requests_per_target")
+
+
+def _qualify_on_ranks(tmp_path: Path, ranks: int, *options: str) -> tuple[Path, dict[str, Any]]:
+    receipts = tmp_path / "receipts"
+    receipts.mkdir()
+    env = os.environ | {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "pp3cli", "--scratch", str(tmp_path / "scratch")),
+            *("--receipts", str(receipts), "qualify", "--gpus", str(ranks), "--threads", "1"),
+            *options,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (receipt,) = receipts.glob("qualification-*.json")
+    return receipts, orjson.loads(receipt.read_bytes())["predicate"]
+
+
+@pytest.fixture(scope="module")
+def seed_on_two_ranks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    return _qualify_on_ranks(tmp_path_factory.mktemp("seed2"), 2, "--profile", "seed")
+
+
+def test_seed_profile_on_two_gloo_ranks_passes_with_one_receipt(
+    seed_on_two_ranks: tuple[Path, dict[str, Any]],
+) -> None:
+    receipts, predicate = seed_on_two_ranks
+    data = predicate["data"]
+    assert predicate["verdict"] == "PASS" and predicate["parameters"]["world_size"] == 2
+    block = data["distributed"]
+    assert block["world_size"] == 2 and block["backend"] == "gloo"
+    assert [r["rank"] for r in block["ranks"]] == [0, 1]
+    assert [r["device"] for r in block["ranks"]] == ["cpu", "cpu"]
+    assert [r["holds_lock"] for r in block["ranks"]] == [True, False]
+    assert all(r["wall_s"] > 0 for r in block["ranks"])
+    affinities = [set(r["affinity"]) for r in block["ranks"]]
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert not affinities[0] & affinities[1], affinities
+    # both ranks did half the calls of every battery: 16 calls per target, 8 each
+    n = data["requests_per_target"]
+    assert set(block["counts"]) == {VERIFIER, *planted_defect_controls()}
+    for battery, per_member in block["counts"].items():
+        accepted = per_member["sparse_tails/accepted"]
+        assert [sum(counts) for counts in accepted] == [n // 2, n // 2], battery
+    assert check_rank_counts(data) == []
+    results = {r.file: r for r in verify_receipts(receipts, root=repo_root())}
+    assert all(r.status == OK for r in results.values()), [r.line() for r in results.values()]
+
+
+def test_one_process_and_two_ranks_give_identical_results(tmp_path: Path) -> None:
+    smoke = PROFILES["smoke"]
+    alone = run_qualification(
+        smoke,
+        verifier=resolve_verifier("selector"),
+        device="cpu",
+        alpha=ALPHA,
+        seed=5,
+        controls=planted_defect_controls(),
+    ).to_json()
+    _, predicate = _qualify_on_ranks(tmp_path, 2, "--profile", "smoke", "--seed", "5")
+    for key in COMPARED:
+        assert predicate["data"][key] == alone[key], key
+    assert predicate["verdict"] == alone["verdict"] == "PASS"
+
+
+def test_rank_counts_that_do_not_add_up_fail(
+    seed_on_two_ranks: tuple[Path, dict[str, Any]],
+) -> None:
+    _, predicate = seed_on_two_ranks
+    assert recompute_qualification(predicate) == ("PASS", [])
+    name = predicate["data"]["members"][-1]["name"]
+    moved = copy.deepcopy(predicate)
+    moved["data"]["distributed"]["counts"]["accept_ge"][name][1][0] += 1
+    verdict, problems = recompute_qualification(moved)
+    assert verdict == "FAIL"
+    assert any(f"accept_ge {name}" in p and "add up" in p for p in problems), problems
+    lost = copy.deepcopy(predicate)
+    lost["data"]["distributed"]["ranks"].pop()
+    assert any("rank records [0]" in p for p in check_rank_counts(lost["data"]))
+    missing = copy.deepcopy(predicate)
+    del missing["data"]["distributed"]["counts"]["reused_coin"]
+    assert recompute_qualification(missing)[0] == "FAIL"
