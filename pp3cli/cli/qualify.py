@@ -26,7 +26,10 @@ if TYPE_CHECKING:
     from pp3cli.run.guard import GuardRecord
 
 
-def _plan_output(tv: float, alpha: float, json_output: bool, ranks: int, receipts: Path) -> None:
+def _plan_output(
+    tv: float, alpha: float, json_output: bool, ranks: int | None, receipts: Path
+) -> None:
+    """The samples table; with ``ranks`` (--gpus N) also the expected wall time on N GPUs."""
     import orjson
     from rich.console import Console
     from rich.table import Table
@@ -39,19 +42,24 @@ def _plan_output(tv: float, alpha: float, json_output: bool, ranks: int, receipt
 
     rows = plan_samples(tv, alpha)
     n = max(r.n_needed for r in rows)
-    rate = newest_rate(receipts, repo_root()) if receipts.is_dir() else None
+    rate = newest_rate(receipts, repo_root()) if ranks and receipts.is_dir() else None
     controls = len(planted_defect_controls())
-    wall = None if rate is None else expected_wall_s(rate, n, len(TARGETS), controls, ranks)
+    wall = None
+    if rate is not None and ranks is not None:
+        wall = expected_wall_s(rate, n, len(TARGETS), controls, ranks)
     if json_output:
-        payload = {
+        payload: dict[str, Any] = {
             "tv": tv,
             "alpha": alpha,
             "members": [r.__dict__ for r in rows],
             "requests_per_target": n,
-            "gpus": ranks,
-            "rate": None if rate is None else rate.to_json(),
-            "expected_wall_s": wall,
         }
+        if ranks is not None:
+            payload |= {
+                "gpus": ranks,
+                "rate": None if rate is None else rate.to_json(),
+                "expected_wall_s": wall,
+            }
         typer.echo(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS).decode())
         return
     table = Table(title=f"samples per member: TV {tv:g}, power 0.99, family alpha {alpha:g}")
@@ -61,6 +69,8 @@ def _plan_output(tv: float, alpha: float, json_output: bool, ranks: int, receipt
         table.add_row(row.member, str(row.outcomes), str(row.df), f"{row.n_needed:,}")
     Console().print(table)
     typer.echo(f"requests per target: {n:,}")
+    if ranks is None:
+        return
     if rate is None or wall is None:
         typer.echo(
             f"expected wall time: unknown (no verified single-GPU H200 strict qualification "
@@ -218,7 +228,7 @@ def qualify_command(
     if plan:
         profile_tv = PROFILES[profile].tv if profile is not None else None
         planned_tv = tv if tv is not None else profile_tv if profile_tv is not None else 1e-3
-        _plan_output(planned_tv, alpha, run.json_output, gpus or 1, settings.receipts)
+        _plan_output(planned_tv, alpha, run.json_output, gpus, settings.receipts)
         return
     from pp3cli.run.ranks import RankPlace
 
