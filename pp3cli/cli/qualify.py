@@ -82,7 +82,7 @@ def _plan_output(
         f"{(1 + controls) * len(TARGETS) * n:,} family requests (verifier + {controls} "
         f"controls); rate {rate.requests_per_s:,.0f} requests/s per GPU from {rate.receipt} "
         f"({rate.status}, {rate.gpu_name}: {rate.requests:,} requests in {rate.elapsed_s:g} s); "
-        "start-up and rank 0's greedy pairing not included"
+        "start-up and the unsplit greedy pairings not included"
     )
 
 

@@ -401,10 +401,22 @@ class Battery:
         n = 0, the edge battery as an empty list).
         """
         members, family = self.family(verifier, transport, progress)
-        if (stop_at_failure and not family.passed) or (
-            self.share is not None and self.share.rank != 0
-        ):  # a control already caught; or a rank other than 0 (greedy, edge run on rank 0)
-            return BatteryResult(members, family, GreedyReport(0, 0, ()), [])
+        greedy, edge = self.later_parts(
+            verifier, family.passed, progress=progress, stop_at_failure=stop_at_failure
+        )
+        return BatteryResult(members, family, greedy, edge)
+
+    def later_parts(
+        self,
+        verifier: ChainVerifier,
+        family_passed: bool,
+        *,
+        progress: Progress | None = None,
+        stop_at_failure: bool = False,
+    ) -> tuple[GreedyReport, list[EdgeResult]]:
+        """Greedy pairing, then edge battery, after a family that passed or not (see run)."""
+        if stop_at_failure and not family_passed:
+            return GreedyReport(0, 0, ()), []
         greedy = run_greedy_pairing(
             self.n_greedy,
             verifier=verifier,
@@ -414,9 +426,8 @@ class Battery:
             progress=progress,
         )
         if stop_at_failure and greedy.mismatches:
-            return BatteryResult(members, family, greedy, [])
-        edge = run_edge_battery(verifier, device=self.device, seed=self.seed)
-        return BatteryResult(members, family, greedy, edge)
+            return greedy, []
+        return greedy, run_edge_battery(verifier, device=self.device, seed=self.seed)
 
 
 def run_qualification(
@@ -440,8 +451,8 @@ def run_qualification(
     ``controls`` maps a defect name to a defective verifier (default: none); each runs the
     same battery at the same size and must be caught; unless ``full_controls``, a control
     stops at its first failing part. ``tv`` overrides the profile's size. With ``share``
-    this rank runs its calls of every family and the merged counts are judged
-    (``pp3cli.evidence.shares``); only rank 0's report carries the greedy and edge parts.
+    this rank runs its calls of every family, the merged counts are judged, and the
+    batteries' greedy and edge parts are spread over the ranks (``_batteries_on_ranks``).
     """
     if not 0 < alpha < 1:
         raise ValueError(f"alpha = {alpha}: expected 0 < alpha < 1")
@@ -451,8 +462,23 @@ def run_qualification(
     if pairs < 1:
         raise ValueError(f"n_greedy = {pairs}: expected at least 1")
     battery = Battery(n, pairs, dev, seed, profile, alpha, tuple(targets), share)
+    if share is not None:
+        named = [(VERIFIER, verifier), *(controls or {}).items()]
+        results, rank_counts = _batteries_on_ranks(
+            battery,
+            named,
+            share,
+            full_controls=full_controls,
+            transport=transport,
+            progress=progress,
+        )
+        reports_on_ranks = [
+            ControlReport(name, tuple(r.members), r.family, r.greedy, tuple(r.edge))
+            for (name, _), r in zip(named[1:], results[1:], strict=True)
+        ]
+        first = results[0]
+        return _report(battery, first, reports_on_ranks, rank_counts)
     members, family, greedy, edge = battery.run(verifier, progress=progress, transport=transport)
-    rank_counts = None if share is None else {VERIFIER: share.take()[0]}
     reports = []
     for defect, control in (controls or {}).items():
 
@@ -461,23 +487,82 @@ def run_qualification(
                 progress(f"control {_d}: {task}", done, total)
 
         caught = battery.run(control, progress=tagged, stop_at_failure=not full_controls)
-        if share is not None and rank_counts is not None:
-            rank_counts[defect] = share.take()[0]
         reports.append(
             ControlReport(
                 defect, tuple(caught.members), caught.family, caught.greedy, tuple(caught.edge)
             )
         )
+    return _report(battery, BatteryResult(members, family, greedy, edge), reports, None)
+
+
+def _report(
+    battery: Battery,
+    tested: BatteryResult,
+    controls: Sequence[ControlReport],
+    rank_counts: dict[str, RankCounts] | None,
+) -> QualificationReport:
+    """The report of the verifier's battery ``tested`` and the controls'."""
+    profile, n = battery.profile, battery.n
     return QualificationReport(
         profile=profile.name,
         requests_per_target=n,
         call_size=call_size(n, profile.batch, profile.repeats),
-        alpha=alpha,
-        seed=seed,
-        members=tuple(members),
-        family=family,
-        greedy=greedy,
-        edge=tuple(edge),
-        controls=tuple(reports),
+        alpha=battery.alpha,
+        seed=battery.seed,
+        members=tuple(tested.members),
+        family=tested.family,
+        greedy=tested.greedy,
+        edge=tuple(tested.edge),
+        controls=tuple(controls),
         rank_counts=rank_counts,
     )
+
+
+# ---------------------------------------------------------------------------- on ranks
+
+
+def _batteries_on_ranks(
+    battery: Battery,
+    named: Sequence[tuple[str, ChainVerifier]],
+    share: RankShare,
+    *,
+    full_controls: bool,
+    transport: DraftTransport | None,
+    progress: Progress | None,
+) -> tuple[list[BatteryResult], dict[str, RankCounts]]:
+    """Every battery of a distributed run (``named``: the verifier first, then the controls).
+
+    First every family, each split over the ranks and judged on the gathered counts (so all
+    ranks know which control is already caught); then battery i's greedy pairing and edge
+    battery (a control's only if its family passed, unless ``full_controls``) run on rank
+    i mod N, so the ranks run them side by side; one last exchange gives every rank all
+    results. Each part is a function of the seed alone, so the order changes nothing.
+    """
+
+    def tagged(name: str) -> Progress | None:
+        if progress is None or name == VERIFIER:
+            return progress
+        return lambda task, done, total: progress(f"control {name}: {task}", done, total)
+
+    families = []
+    rank_counts: dict[str, RankCounts] = {}
+    for name, verifier in named:
+        sent = transport if name == VERIFIER else None
+        families.append(battery.family(verifier, sent, tagged(name)))
+        (rank_counts[name],) = share.take()
+    later: dict[int, tuple[GreedyReport, list[EdgeResult]]] = {}
+    for index, ((name, verifier), (_, family)) in enumerate(zip(named, families, strict=True)):
+        if share.group.owns(index):
+            later[index] = battery.later_parts(
+                verifier,
+                family.passed,
+                progress=tagged(name),
+                stop_at_failure=name != VERIFIER and not full_controls,
+            )
+    for parts in share.group.gather_objects(later):
+        later |= parts
+    results = [
+        BatteryResult(members, family, *later[index])
+        for index, (members, family) in enumerate(families)
+    ]
+    return results, rank_counts

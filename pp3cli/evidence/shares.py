@@ -11,10 +11,11 @@ and the merged counts, G statistics, p-values and verdict are the same for any N
 
 Per battery (the verifier, then each control) every rank's counts are gathered; their sum
 is judged (every rank judges the same sum, so a control stops at the same part everywhere).
-The greedy pairing and the edge battery run on rank 0 alone (one call in the strict
-profile, so not split). The receipt keeps each rank's counts (``distributed.counts``);
-``check_rank_counts`` (run by ``verify-receipts``) checks that they add up to the judged
-counts, member by member.
+Battery i's greedy pairing and edge battery, which are not split (the strict profile's
+greedy pairing is one call), run whole on rank i mod N, after all families, so the ranks
+run them side by side (``pp3cli.evidence.qualify._batteries_on_ranks``). The receipt
+keeps each rank's counts (``distributed.counts``); ``check_rank_counts`` (run by
+``verify-receipts``) checks that they add up to the judged counts, member by member.
 
 Pure apart from numpy: ``verify-receipts`` imports ``check_rank_counts`` without torch.
 """

@@ -13,8 +13,8 @@ A run of n' requests per target on N GPUs is then expected to take
     (1 + controls) * targets * n' / (N * rate)
 
 seconds: the family is split evenly over the ranks (``pp3cli.evidence.shares``). Not
-modelled: the greedy pairing and edge battery run on rank 0 alone (a few seconds on a GPU),
-and each process's start-up (imports, kernel compilation).
+modelled: a greedy pairing is not split (each runs whole on one rank, a few seconds on a
+GPU), and each process's start-up (imports, kernel compilation).
 """
 
 from __future__ import annotations

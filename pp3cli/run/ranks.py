@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 EXCHANGE_TIMEOUT_S = 900.0
 """Longest wait at one exchange (init, gather). Ranks meet once per battery; the longest
-legitimate wait is rank 0's greedy pairing and edge battery (seconds on a GPU), so this only
+legitimate wait is a greedy pairing and edge battery on one rank (seconds on a GPU), so this only
 bounds a rank that hangs without dying; a dead rank is noticed at once (closed socket) or by
 torchrun's agent within its 0.1 s monitor interval."""
 
