@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 import pytest
+import torch
 
 from pp3cli.evidence.family import recompute_qualification
 from pp3cli.evidence.profiles import ALPHA, PROFILES
@@ -26,14 +27,18 @@ from pp3cli.evidence.shares import VERIFIER, check_rank_counts
 from pp3cli.receipts.verify import OK, verify_receipts
 from pp3cli.run.scratch import repo_root
 from pp3cli.verifiers.registry import planted_defect_controls, resolve_verifier
+from pp3kernels.runtime import is_interpreter
 
 COMPARED = ("members", "family", "greedy", "edge", "controls", "verdict", "requests_per_target")
 
 
-def _qualify_on_ranks(tmp_path: Path, ranks: int, *options: str) -> tuple[Path, dict[str, Any]]:
+def _qualify_on_ranks(
+    tmp_path: Path, ranks: int, *options: str, gpu: bool = False
+) -> tuple[Path, dict[str, Any]]:
     receipts = tmp_path / "receipts"
     receipts.mkdir()
-    env = os.environ | {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    cpu = {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    env = os.environ if gpu else os.environ | cpu
     proc = subprocess.run(
         [
             *(sys.executable, "-m", "pp3cli", "--scratch", str(tmp_path / "scratch")),
@@ -114,3 +119,22 @@ def test_rank_counts_that_do_not_add_up_fail(
     missing = copy.deepcopy(predicate)
     del missing["data"]["distributed"]["counts"]["reused_coin"]
     assert recompute_qualification(missing)[0] == "FAIL"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2 or is_interpreter(),
+    reason="needs 2 CUDA GPUs and compiled Triton",
+)
+def test_one_and_two_gpus_give_identical_results(tmp_path: Path) -> None:
+    """On the 2-GPU machine: NCCL ranks, the seed profile, 1 vs 2 GPUs identical."""
+    one_dir, two_dir = tmp_path / "one", tmp_path / "two"
+    one_dir.mkdir()
+    two_dir.mkdir()
+    one = _qualify_on_ranks(one_dir, 1, "--profile", "seed", gpu=True)[1]
+    two = _qualify_on_ranks(two_dir, 2, "--profile", "seed", gpu=True)[1]
+    assert two["data"]["distributed"]["backend"] == "nccl"
+    assert [r["device"] for r in two["data"]["distributed"]["ranks"]] == ["cuda:0", "cuda:1"]
+    for key in COMPARED:
+        assert one["data"][key] == two["data"][key], key
+    assert one["verdict"] == two["verdict"] == "PASS"

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import orjson
 import pytest
 
 from pp3cli.evidence.shares import RankShare
@@ -20,6 +22,8 @@ from pp3cli.run.ranks import (
     strip_option,
     torchrun_arguments,
 )
+from pp3cli.run.scratch import MARKER_NAME, ROOT_TAG, ensure_scratch
+from pp3cli.run.settings import Settings
 
 HERE = Path(__file__).resolve().parent
 DYING = HERE / "dying_rank.py"
@@ -147,3 +151,19 @@ def test_pp3_gpus_launcher_reports_a_dead_rank_as_exit_5(
     assert caught.value.exit_code == EXIT_RANK_FAILED == 5
     assert "no receipt" in str(caught.value)
     _no_receipt(tmp_path)
+
+
+def test_a_scratch_root_another_rank_is_marking_is_waited_for(tmp_path: Path) -> None:
+    """Ranks of one run create the same new scratch root at once (a race seen in CI): one
+    has created the marker (O_EXCL) and not yet written it; the other waits, not refuses."""
+    root = tmp_path / "scratch"
+    root.mkdir()
+    marker = root / MARKER_NAME
+    marker.write_bytes(b"")
+    payload = orjson.dumps({"tag": ROOT_TAG, "pid": 1})
+    writer = threading.Timer(0.3, marker.write_bytes, args=(payload,))
+    writer.start()
+    try:
+        assert ensure_scratch(Settings(scratch=root, receipts=tmp_path)) == root.resolve()
+    finally:
+        writer.join()
