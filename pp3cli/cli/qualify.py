@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from contextlib import nullcontext
@@ -233,6 +234,11 @@ def qualify_command(
     from pp3cli.run.ranks import RankPlace
 
     place = RankPlace.from_environment()
+    if via_proxy and (gpus is not None or place is not None):
+        raise UsageProblem(
+            "--via-proxy with several ranks: the drafter proxy's frame summary is per process "
+            "and is not merged across ranks yet; run --via-proxy without --gpus or torchrun"
+        )
     if gpus is not None:
         if place is not None:
             raise UsageProblem(
@@ -321,8 +327,15 @@ def qualify_command(
 
 def _launch(gpus: int, settings: Settings, run: RunOptions) -> None:
     """``pp3 qualify --gpus N``: torchrun's launcher, or the same in tmux with --detach."""
+    import torch
+
     from pp3cli.run.ranks import launch, strip_option
 
+    if torch.cuda.is_available() and gpus > torch.cuda.device_count():
+        raise UsageProblem(
+            f"--gpus {gpus}: torch sees {torch.cuda.device_count()} GPU(s) "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})"
+        )
     if run.guard.detach:
         from pp3cli.run.detach import start_detached
 

@@ -138,3 +138,20 @@ def test_one_and_two_gpus_give_identical_results(tmp_path: Path) -> None:
     for key in COMPARED:
         assert one["data"][key] == two["data"][key], key
     assert one["verdict"] == two["verdict"] == "PASS"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--gpus", "0"], "--gpus 0: expected at least 1"),
+        (["--gpus", "2", "--via-proxy"], "--via-proxy with several ranks"),
+    ],
+)
+def test_bad_distributed_options_are_usage_errors(options: list[str], message: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pp3cli", "qualify", *options],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
