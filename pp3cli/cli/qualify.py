@@ -28,9 +28,17 @@ if TYPE_CHECKING:
 
 
 def _plan_output(
-    tv: float, alpha: float, json_output: bool, ranks: int | None, receipts: Path
+    tv: float,
+    alpha: float,
+    json_output: bool,
+    ranks: int | None,
+    receipts: Path,
+    control_tv: float | None,
 ) -> None:
-    """The samples table; with ``ranks`` (--gpus N) also the expected wall time on N GPUs."""
+    """The samples table; with ``ranks`` (--gpus N) also the expected wall time on N GPUs.
+
+    Controls run n requests per target too, or fewer with a ``control_tv`` (exhaustive).
+    """
     import orjson
     from rich.console import Console
     from rich.table import Table
@@ -43,11 +51,15 @@ def _plan_output(
 
     rows = plan_samples(tv, alpha)
     n = max(r.n_needed for r in rows)
+    n_controls = n
+    if control_tv is not None:
+        n_controls = min(n, max(r.n_needed for r in plan_samples(control_tv, alpha)))
     rate = newest_rate(receipts, repo_root()) if ranks and receipts.is_dir() else None
     controls = len(planted_defect_controls())
+    requests = len(TARGETS) * (n + controls * n_controls)
     wall = None
     if rate is not None and ranks is not None:
-        wall = expected_wall_s(rate, n, len(TARGETS), controls, ranks)
+        wall = expected_wall_s(rate, requests, ranks)
     if json_output:
         payload: dict[str, Any] = {
             "tv": tv,
@@ -57,6 +69,8 @@ def _plan_output(
         }
         if ranks is not None:
             payload |= {
+                "control_requests_per_target": n_controls,
+                "family_requests": requests,
                 "gpus": ranks,
                 "rate": None if rate is None else rate.to_json(),
                 "expected_wall_s": wall,
@@ -80,8 +94,8 @@ def _plan_output(
         return
     typer.echo(
         f"expected wall time on {ranks} GPU(s): {wall:,.0f} s ({wall / 60:.1f} min) for "
-        f"{(1 + controls) * len(TARGETS) * n:,} family requests (verifier + {controls} "
-        f"controls); rate {rate.requests_per_s:,.0f} requests/s per GPU from {rate.receipt} "
+        f"{requests:,} family requests (verifier {n:,} and {controls} controls {n_controls:,} "
+        f"per target); rate {rate.requests_per_s:,.0f} requests/s per GPU from {rate.receipt} "
         f"({rate.status}, {rate.gpu_name}: {rate.requests:,} requests in {rate.elapsed_s:g} s); "
         "start-up and the unsplit greedy pairings not included"
     )
@@ -229,7 +243,8 @@ def qualify_command(
     if plan:
         profile_tv = PROFILES[profile].tv if profile is not None else None
         planned_tv = tv if tv is not None else profile_tv if profile_tv is not None else 1e-3
-        _plan_output(planned_tv, alpha, run.json_output, gpus, settings.receipts)
+        control_tv = PROFILES[profile].control_tv if profile is not None else None
+        _plan_output(planned_tv, alpha, run.json_output, gpus, settings.receipts, control_tv)
         return
     from pp3cli.run.ranks import RankPlace
 
@@ -305,6 +320,8 @@ def qualify_command(
         parameters = {
             "profile": chosen.name,
             "requests_per_target": report.requests_per_target,
+            "control_requests_per_target": report.control_requests_per_target
+            or report.requests_per_target,
             "tv": tv if tv is not None else chosen.tv,
             "alpha": alpha,
             "seed": seed,

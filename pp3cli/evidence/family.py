@@ -158,6 +158,14 @@ def requests_for(profile: Profile, alpha: float, tv: float | None = None) -> int
     return max(row.n_needed for row in plan_samples(wanted, alpha))
 
 
+def control_requests_for(profile: Profile, alpha: float, tv: float | None = None) -> int:
+    """Requests per target of each control: the verifier's, or fewer with a ``control_tv``."""
+    n = requests_for(profile, alpha, tv)
+    if profile.control_tv is None:
+        return n
+    return min(n, max(row.n_needed for row in plan_samples(profile.control_tv, alpha)))
+
+
 # ---------------------------------------------------------------------------- recompute
 
 

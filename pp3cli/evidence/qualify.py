@@ -18,14 +18,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import torch
 
 from pp3cli.evidence.edge import EdgeResult, run_edge_battery
-from pp3cli.evidence.family import MemberRecord, judge_members, member_laws, requests_for
+from pp3cli.evidence.family import (
+    MemberRecord,
+    control_requests_for,
+    judge_members,
+    member_laws,
+    requests_for,
+)
 from pp3cli.evidence.greedy import greedy_from_logits
 from pp3cli.evidence.profiles import MIN_REPEATS, Profile
 from pp3cli.evidence.shares import VERIFIER, RankCounts, RankShare
@@ -287,6 +293,7 @@ class QualificationReport:
     edge: tuple[EdgeResult, ...]
     controls: tuple[ControlReport, ...] = field(default_factory=tuple)
     rank_counts: dict[str, RankCounts] | None = None  # distributed: battery -> per-rank
+    control_requests_per_target: int | None = None  # None: the verifier's
 
     @property
     def verdict(self) -> str:
@@ -310,7 +317,11 @@ class QualificationReport:
             "edge": [e.to_json() for e in self.edge],
             "controls": [c.to_json() for c in self.controls],
             "verdict": self.verdict,
-        }
+        } | (
+            {}
+            if self.control_requests_per_target is None
+            else {"control_requests_per_target": self.control_requests_per_target}
+        )
 
 
 class BatteryResult(NamedTuple):
@@ -450,7 +461,8 @@ def run_qualification(
 
     ``controls`` maps a defect name to a defective verifier (default: none); each runs the
     same battery at the same size and must be caught; unless ``full_controls``, a control
-    stops at its first failing part. ``tv`` overrides the profile's size. With ``share``
+    stops at its first failing part. ``tv`` overrides the profile's size; a profile with a
+    ``control_tv`` (exhaustive) sizes the controls for that TV instead. With ``share``
     this rank runs its calls of every family, the merged counts are judged, and the
     batteries' greedy and edge parts are spread over the ranks (``_batteries_on_ranks``).
     """
@@ -462,10 +474,13 @@ def run_qualification(
     if pairs < 1:
         raise ValueError(f"n_greedy = {pairs}: expected at least 1")
     battery = Battery(n, pairs, dev, seed, profile, alpha, tuple(targets), share)
+    n_controls = control_requests_for(profile, alpha, tv)
+    control_battery = battery if n_controls == n else replace(battery, n=n_controls)
     if share is not None:
         named = [(VERIFIER, verifier), *(controls or {}).items()]
         results, rank_counts = _batteries_on_ranks(
             battery,
+            control_battery,
             named,
             share,
             full_controls=full_controls,
@@ -476,8 +491,7 @@ def run_qualification(
             ControlReport(name, tuple(r.members), r.family, r.greedy, tuple(r.edge))
             for (name, _), r in zip(named[1:], results[1:], strict=True)
         ]
-        first = results[0]
-        return _report(battery, first, reports_on_ranks, rank_counts)
+        return _report(battery, control_battery, results[0], reports_on_ranks, rank_counts)
     members, family, greedy, edge = battery.run(verifier, progress=progress, transport=transport)
     reports = []
     for defect, control in (controls or {}).items():
@@ -486,17 +500,19 @@ def run_qualification(
             if progress is not None:
                 progress(f"control {_d}: {task}", done, total)
 
-        caught = battery.run(control, progress=tagged, stop_at_failure=not full_controls)
+        caught = control_battery.run(control, progress=tagged, stop_at_failure=not full_controls)
         reports.append(
             ControlReport(
                 defect, tuple(caught.members), caught.family, caught.greedy, tuple(caught.edge)
             )
         )
-    return _report(battery, BatteryResult(members, family, greedy, edge), reports, None)
+    tested = BatteryResult(members, family, greedy, edge)
+    return _report(battery, control_battery, tested, reports, None)
 
 
 def _report(
     battery: Battery,
+    control_battery: Battery,
     tested: BatteryResult,
     controls: Sequence[ControlReport],
     rank_counts: dict[str, RankCounts] | None,
@@ -515,6 +531,7 @@ def _report(
         edge=tuple(tested.edge),
         controls=tuple(controls),
         rank_counts=rank_counts,
+        control_requests_per_target=None if control_battery is battery else control_battery.n,
     )
 
 
@@ -523,6 +540,7 @@ def _report(
 
 def _batteries_on_ranks(
     battery: Battery,
+    control_battery: Battery,
     named: Sequence[tuple[str, ChainVerifier]],
     share: RankShare,
     *,
@@ -544,16 +562,19 @@ def _batteries_on_ranks(
             return progress
         return lambda task, done, total: progress(f"control {name}: {task}", done, total)
 
+    def battery_of(name: str) -> Battery:
+        return battery if name == VERIFIER else control_battery
+
     families = []
     rank_counts: dict[str, RankCounts] = {}
     for name, verifier in named:
         sent = transport if name == VERIFIER else None
-        families.append(battery.family(verifier, sent, tagged(name)))
+        families.append(battery_of(name).family(verifier, sent, tagged(name)))
         (rank_counts[name],) = share.take()
     later: dict[int, tuple[GreedyReport, list[EdgeResult]]] = {}
     for index, ((name, verifier), (_, family)) in enumerate(zip(named, families, strict=True)):
         if share.group.owns(index):
-            later[index] = battery.later_parts(
+            later[index] = battery_of(name).later_parts(
                 verifier,
                 family.passed,
                 progress=tagged(name),

@@ -4,13 +4,14 @@
 newest verified (``verify-receipts`` OK or STALE, never FAIL) single-GPU H200 strict
 qualification receipt in the receipts folder:
 
-    rate = family requests / elapsed_s,  family requests = (1 + controls) * targets * n
+    rate = family requests / elapsed_s,  family requests = targets * (n + controls * n_c)
 
-(every battery, the verifier's and each control's, runs the whole family; the greedy
-pairing, edge battery and start-up are inside elapsed_s, so they are folded into the rate).
-A run of n' requests per target on N GPUs is then expected to take
+(every battery, the verifier's with n requests per target and each control's with n_c,
+runs the whole family; the greedy pairing, edge battery and start-up are inside elapsed_s,
+so they are folded into the rate). A run of n' and n_c' requests per target on N GPUs is
+then expected to take
 
-    (1 + controls) * targets * n' / (N * rate)
+    targets * (n' + controls * n_c') / (N * rate)
 
 seconds: the family is split evenly over the ranks (``pp3cli.evidence.shares``). Not
 modelled: a greedy pairing is not split (each runs whole on one rank, a few seconds on a
@@ -47,11 +48,12 @@ class MeasuredRate:
 
 
 def family_requests(predicate: dict[str, Any]) -> int:
-    """Requests a qualification's families ran: (1 + controls) * targets * n."""
+    """Requests a qualification's families ran: targets * (n + controls * n_c)."""
     data = predicate["data"]
     targets = len({str(member["target"]) for member in data["members"]})
-    batteries = 1 + len(data["controls"])
-    return batteries * targets * int(data["requests_per_target"])
+    n = int(data["requests_per_target"])
+    n_controls = int(data.get("control_requests_per_target", n))
+    return targets * (n + len(data["controls"]) * n_controls)
 
 
 def newest_rate(receipts_dir: Path, root: Path) -> MeasuredRate | None:
@@ -81,8 +83,6 @@ def newest_rate(receipts_dir: Path, root: Path) -> MeasuredRate | None:
     return max(found, key=lambda item: item[0])[1] if found else None
 
 
-def expected_wall_s(
-    rate: MeasuredRate, requests_per_target: int, targets: int, controls: int, ranks: int
-) -> float:
-    """Seconds for (1 + controls) * targets * n requests spread over ``ranks`` GPUs."""
-    return (1 + controls) * targets * requests_per_target / (ranks * rate.requests_per_s)
+def expected_wall_s(rate: MeasuredRate, requests: int, ranks: int) -> float:
+    """Seconds for ``requests`` family requests spread over ``ranks`` GPUs."""
+    return requests / (ranks * rate.requests_per_s)

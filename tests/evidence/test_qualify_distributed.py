@@ -155,3 +155,52 @@ def test_bad_distributed_options_are_usage_errors(options: list[str], message: s
         timeout=120,
     )
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+
+
+def test_controls_sized_by_control_tv_alone_and_on_a_rank(tmp_path: Path) -> None:
+    """A profile with a control_tv (exhaustive) runs its controls at that smaller size, the
+    same in the single-process and the distributed code path (one gloo rank, in-process)."""
+    import torch.distributed as dist
+
+    from pp3cli.evidence.family import control_requests_for, requests_for
+    from pp3cli.evidence.profiles import Profile
+    from pp3cli.evidence.shares import RankShare
+    from pp3cli.run.ranks import RankGroup, RankPlace
+    from pp3kernels.reference import reference_verify_chain
+
+    exhaustive, strict = PROFILES["exhaustive"], PROFILES["strict"]
+    assert control_requests_for(exhaustive, ALPHA) == requests_for(strict, ALPHA)
+    assert requests_for(exhaustive, ALPHA) > 10 * requests_for(strict, ALPHA)
+    small = Profile(
+        "small", requests=2000, tv=None, batch=1024, n_greedy=200, repeats=4, control_tv=0.2
+    )
+    n_controls = control_requests_for(small, ALPHA)
+    assert 0 < n_controls < 2000
+
+    def qualify(share: RankShare | None) -> dict[str, Any]:
+        return run_qualification(
+            small,
+            verifier=reference_verify_chain,
+            device="cpu",
+            alpha=ALPHA,
+            seed=2,
+            controls=planted_defect_controls(),
+            share=share,
+        ).to_json()
+
+    alone = qualify(None)
+    assert alone["control_requests_per_target"] == n_controls
+    assert all(m["result"]["n"] == 2000 for m in alone["members"])
+    for control in alone["controls"]:
+        assert all(m["result"]["n"] == n_controls for m in control["members"])
+        assert control["failed_as_required"], control["defect"]
+    assert alone["verdict"] == "PASS"
+    predicate = {"data": alone, "parameters": {"alpha": ALPHA}, "verdict": alone["verdict"]}
+    assert recompute_qualification(predicate) == ("PASS", [])
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        share = RankShare(RankGroup(RankPlace(0, 1, 0, 1), "gloo", "cpu"))
+        on_rank = qualify(share)
+    finally:
+        dist.destroy_process_group()
+    assert on_rank == alone

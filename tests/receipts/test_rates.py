@@ -34,7 +34,7 @@ def test_rate_comes_from_the_newest_single_gpu_h200_strict_pass(rate: MeasuredRa
     assert chosen["parameters"]["profile"] == "strict" and chosen["verdict"] == "PASS"
     data = chosen["data"]
     assert rate.requests == family_requests(chosen)
-    assert rate.requests == 9 * 5 * data["requests_per_target"]
+    assert rate.requests == 9 * 5 * data["requests_per_target"]  # strict: controls at n
     assert rate.requests_per_s == pytest.approx(rate.requests / data["elapsed_s"])
     for path in RECEIPTS.glob("qualification-*.json"):
         other = orjson.loads(path.read_bytes())["predicate"]
@@ -63,6 +63,9 @@ def test_plan_on_n_gpus_divides_the_one_gpu_time(rate: MeasuredRate) -> None:
     plan = json.loads(proc.stdout)
     assert plan["tv"] == 3e-4 and plan["gpus"] == 2
     assert plan["rate"]["receipt"] == rate.receipt
-    n = plan["requests_per_target"]
-    assert plan["expected_wall_s"] == pytest.approx(9 * 5 * n / (2 * rate.requests_per_s))
-    assert expected_wall_s(rate, n, 5, 8, 1) == pytest.approx(2 * plan["expected_wall_s"])
+    n, n_controls = plan["requests_per_target"], plan["control_requests_per_target"]
+    assert n > 10 * n_controls  # exhaustive's controls stay at strict's size (TV 1e-3)
+    requests = 5 * (n + 8 * n_controls)
+    assert plan["family_requests"] == requests
+    assert plan["expected_wall_s"] == pytest.approx(requests / (2 * rate.requests_per_s))
+    assert expected_wall_s(rate, requests, 1) == pytest.approx(2 * plan["expected_wall_s"])
