@@ -129,3 +129,33 @@ def test_own_modules_are_imported_statically() -> None:
             elif isinstance(node, ast.ImportFrom) and node.module == "importlib":
                 users.add(path.relative_to(ROOT).as_posix())
     assert users == {"pp3cli/verifiers/overlay.py", "pp3cli/verifiers/external.py"}, users
+
+
+def _imports_anything(path: Path, packages: tuple[str, ...]) -> set[str]:
+    """Module-level imports of ``path`` (outside TYPE_CHECKING) from ``packages``."""
+    found: set[str] = set()
+    pending: list[ast.stmt] = list(ast.parse(path.read_text()).body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.If) and not _is_type_checking(node):
+            pending.extend(node.body + node.orelse)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return {name for name in found if name.split(".")[0] in packages}
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "pp3cli/evidence/shares.py",  # verify-receipts checks per-rank counts with it
+        "pp3cli/evidence/family.py",
+        "pp3cli/run/ranks.py",  # read by `pp3 qualify` before the guard, and by --plan
+        "pp3cli/cli/ranked.py",
+        "pp3cli/receipts/rates.py",
+    ],
+)
+def test_distributed_modules_load_without_torch(module: str) -> None:
+    """torch and triton load inside functions only: verify-receipts runs where they are absent."""
+    assert _imports_anything(ROOT / module, ("torch", "triton")) == set()

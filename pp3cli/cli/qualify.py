@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from pp3cli.cli.options import RunOptions, settings_of, with_run_options
+from pp3cli.cli.ranked import rank_run_options, run_as_rank
 from pp3cli.cli.receipted import Finding, run_receipted
 from pp3cli.evidence.profiles import ALPHA, PROFILES, Profile
 from pp3cli.run.errors import EnvironmentProblem, UsageProblem
+from pp3cli.run.settings import Settings
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
     from pp3cli.evidence.qualify import QualificationReport
+    from pp3cli.evidence.shares import RankShare
     from pp3cli.run.guard import GuardRecord
     from pp3cli.verifiers.registry import ResolvedVerifier
 
@@ -25,16 +31,54 @@ if TYPE_CHECKING:
 TRITON_VERIFIERS = ("selector", "vllm-mrv2")
 
 
-def _plan_output(tv: float, alpha: float, json_output: bool) -> None:
+def _plan_output(
+    tv: float,
+    alpha: float,
+    json_output: bool,
+    ranks: int | None,
+    receipts: Path,
+    control_tv: float | None,
+) -> None:
+    """The samples table; with ``ranks`` (--gpus N) also the expected wall time on N GPUs.
+
+    Controls run n requests per target too, or fewer with a ``control_tv`` (exhaustive).
+    """
     import orjson
     from rich.console import Console
     from rich.table import Table
 
     from pp3cli.evidence.family import plan_samples
+    from pp3cli.evidence.targets import TARGETS
+    from pp3cli.receipts.rates import expected_wall_s, newest_rate
+    from pp3cli.run.scratch import repo_root
+    from pp3cli.verifiers.registry import planted_defect_controls
 
     rows = plan_samples(tv, alpha)
+    n = max(r.n_needed for r in rows)
+    n_controls = n
+    if control_tv is not None:
+        n_controls = min(n, max(r.n_needed for r in plan_samples(control_tv, alpha)))
+    rate = newest_rate(receipts, repo_root()) if ranks and receipts.is_dir() else None
+    controls = len(planted_defect_controls())
+    requests = len(TARGETS) * (n + controls * n_controls)
+    wall = None
+    if rate is not None and ranks is not None:
+        wall = expected_wall_s(rate, requests, ranks)
     if json_output:
-        payload = {"tv": tv, "alpha": alpha, "members": [r.__dict__ for r in rows]}
+        payload: dict[str, Any] = {
+            "tv": tv,
+            "alpha": alpha,
+            "members": [r.__dict__ for r in rows],
+            "requests_per_target": n,
+        }
+        if ranks is not None:
+            payload |= {
+                "control_requests_per_target": n_controls,
+                "family_requests": requests,
+                "gpus": ranks,
+                "rate": None if rate is None else rate.to_json(),
+                "expected_wall_s": wall,
+            }
         typer.echo(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS).decode())
         return
     table = Table(title=f"samples per member: TV {tv:g}, power 0.99, family alpha {alpha:g}")
@@ -43,7 +87,22 @@ def _plan_output(tv: float, alpha: float, json_output: bool) -> None:
     for row in rows:
         table.add_row(row.member, str(row.outcomes), str(row.df), f"{row.n_needed:,}")
     Console().print(table)
-    typer.echo(f"requests per target: {max(r.n_needed for r in rows):,}")
+    typer.echo(f"requests per target: {n:,}")
+    if ranks is None:
+        return
+    if rate is None or wall is None:
+        typer.echo(
+            f"expected wall time: unknown (no verified single-GPU H200 strict qualification "
+            f"receipt in {receipts} to measure a rate from)"
+        )
+        return
+    typer.echo(
+        f"expected wall time on {ranks} GPU(s): {wall:,.0f} s ({wall / 60:.1f} min) for "
+        f"{requests:,} family requests (verifier {n:,} and {controls} controls {n_controls:,} "
+        f"per target); rate {rate.requests_per_s:,.0f} requests/s per GPU from {rate.receipt} "
+        f"({rate.status}, {rate.gpu_name}: {rate.requests:,} requests in {rate.elapsed_s:g} s); "
+        "start-up and the unsplit greedy pairings not included"
+    )
 
 
 def _summary(report: QualificationReport) -> RenderableType:
@@ -203,6 +262,14 @@ def qualify_command(
         bool,
         typer.Option("--via-proxy", help="Send every draft through the real drafter proxy."),
     ] = False,
+    gpus: Annotated[
+        int | None,
+        typer.Option(
+            "--gpus",
+            help="Run on N GPUs (N CPU processes on a CPU machine): launches `torchrun "
+            "--nproc-per-node N -m pp3cli qualify ...`; with --plan, the N to plan for.",
+        ),
+    ] = None,
 ) -> None:
     """Qualify a verifier: exact-law G-tests (Holm), greedy pairing, edge battery, controls.
 
@@ -220,8 +287,34 @@ def qualify_command(
         raise UsageProblem(f"--n-greedy {n_greedy}: expected at least 1")
     if profile is not None and profile not in PROFILES:
         raise UsageProblem(f"--profile {profile!r}: expected one of {', '.join(PROFILES)}")
+    if gpus is not None and gpus < 1:
+        raise UsageProblem(f"--gpus {gpus}: expected at least 1")
     if plan:
-        _plan_output(tv if tv is not None else 1e-3, alpha, run.json_output)
+        profile_tv = PROFILES[profile].tv if profile is not None else None
+        planned_tv = tv if tv is not None else profile_tv if profile_tv is not None else 1e-3
+        control_tv = PROFILES[profile].control_tv if profile is not None else None
+        _plan_output(planned_tv, alpha, run.json_output, gpus, settings.receipts, control_tv)
+        return
+    from pp3cli.run.ranks import RankPlace
+
+    place = RankPlace.from_environment()
+    if via_proxy and (gpus is not None or place is not None):
+        raise UsageProblem(
+            "--via-proxy with several ranks: the drafter proxy's frame summary is per process "
+            "and is not merged across ranks yet; run --via-proxy without --gpus or torchrun"
+        )
+    if pair_with is not None and (gpus is not None or place is not None):
+        raise UsageProblem(
+            f"--pair-with {pair_with} with several ranks: the paired run is single-process for "
+            "now; run --pair-with without --gpus or torchrun"
+        )
+    if gpus is not None:
+        if place is not None:
+            raise UsageProblem(
+                f"--gpus {gpus} inside a torchrun worker (rank {place.rank}): torchrun already "
+                "started the ranks; drop --gpus"
+            )
+        _launch(gpus, settings, run)
         return
 
     if pair_with is not None and pair_with == verifier:
@@ -262,7 +355,7 @@ def qualify_command(
                     )
                 )
 
-    def work(record: GuardRecord) -> Finding:
+    def work(record: GuardRecord) -> Finding | None:
         """The guarded work: pick the profile for this machine, run, and shape the receipt."""
         from rich.console import Console
 
@@ -280,32 +373,48 @@ def qualify_command(
         started = time.monotonic()
         console = Console(stderr=True)
         bars, progress = _progress_printer(console, started)
-        with bars:
-            report = run_qualification(
-                chosen,
-                verifier=judged.verifier,
-                device=device,
-                alpha=alpha,
-                seed=seed,
-                tv=tv,
-                n_greedy=n_greedy,
-                controls=controls,
-                full_controls=full_controls,
-                transport=transport,
-                progress=progress,
-                edge_decides=judged.own,
-                pair_with=None if partner is None else (partner.spec, partner.verifier),
-            )
+
+        def qualification(share: RankShare | None, on: str) -> QualificationReport:
+            quiet = share is not None and share.rank != 0  # rank 0 alone shows progress
+            with nullcontext() if quiet else bars:
+                return run_qualification(
+                    chosen,
+                    verifier=judged.verifier,
+                    device=on,
+                    alpha=alpha,
+                    seed=seed,
+                    tv=tv,
+                    n_greedy=n_greedy,
+                    controls=controls,
+                    full_controls=full_controls,
+                    transport=transport,
+                    progress=None if quiet else progress,
+                    edge_decides=judged.own,
+                    pair_with=None if partner is None else (partner.spec, partner.verifier),
+                    share=share,
+                )
+
+        distributed = None
+        if place is None:
+            report = qualification(None, device)
+        else:
+            report, distributed = run_as_rank(place, record, started, qualification)
+            if distributed is None:
+                return None  # rank 0 writes the receipt
         data = report.to_json()
         data["elapsed_s"] = round(time.monotonic() - started, 3)
         data["verifier"] = {"name": judged.spec, **judged.details}
         if partner is not None:
             data["pair_with"] = {"name": partner.spec, **partner.details}
+        if distributed is not None:
+            data["distributed"] = distributed
         if transport is not None:
             data["proxy"] = transport.summary()
         parameters = {
             "profile": chosen.name,
             "requests_per_target": report.requests_per_target,
+            "control_requests_per_target": report.control_requests_per_target
+            or report.requests_per_target,
             "tv": tv if tv is not None else chosen.tv,
             "alpha": alpha,
             "seed": seed,
@@ -318,10 +427,41 @@ def qualify_command(
             "via_proxy": via_proxy,
             "batch": chosen.batch,
             "repeats": chosen.repeats,
+            "world_size": 1 if place is None else place.world_size,
         }
         sources = {**judged.sources, **(partner.sources if partner is not None else {})}
         return Finding(parameters, data, report.verdict, summary=_summary(report), sources=sources)
 
+    device: int | None = None
+    if place is not None:
+        run = rank_run_options(place, run)
+        device = place.local_rank if place.uses_gpu() else None  # each rank locks its own GPU
     run_receipted(
-        "qualify", settings, run, work, kind="qualification", require_gpu=False, precheck=precheck
+        "qualify",
+        settings,
+        run,
+        work,
+        kind="qualification",
+        require_gpu=False,
+        precheck=precheck,
+        device=device,
     )
+
+
+def _launch(gpus: int, settings: Settings, run: RunOptions) -> None:
+    """``pp3 qualify --gpus N``: torchrun's launcher, or the same in tmux with --detach."""
+    import torch
+
+    from pp3cli.run.ranks import launch, strip_option
+
+    if torch.cuda.is_available() and gpus > torch.cuda.device_count():
+        raise UsageProblem(
+            f"--gpus {gpus}: torch sees {torch.cuda.device_count()} GPU(s) "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})"
+        )
+    if run.guard.detach:
+        from pp3cli.run.detach import start_detached
+
+        typer.echo(start_detached("qualify", settings, sys.argv[1:]))
+        return
+    launch(gpus, strip_option(sys.argv[1:], "--gpus"))

@@ -5,7 +5,8 @@
 1. ``--supersedes`` files are checked (UsageProblem, exit 2) before anything starts.
 2. ``--detach`` re-runs the command in pp3's tmux server and returns (exit 0).
 3. The work runs under the guard (lock, affinity, nice, threads, power limit read before
-   and after); it returns a ``Finding``: the receipt's parameters, data and verdict.
+   and after); it returns a ``Finding``: the receipt's parameters, data and verdict (None:
+   a distributed rank other than 0, which writes no receipt and prints nothing).
 4. The receipt is written (an in-toto Statement, never overwritten, hash-chained).
 5. Output: with ``--json`` the stored receipt itself on stdout, else the finding's summary;
    the ``receipt: PATH  verdict: V`` line always goes to stderr.
@@ -49,16 +50,18 @@ def run_receipted(
     command: str,
     settings: Settings,
     run: RunOptions,
-    work: Callable[[GuardRecord], Finding],
+    work: Callable[[GuardRecord], Finding | None],
     *,
     kind: str,
     require_gpu: bool,
     precheck: Callable[[bool], None] | None = None,
+    device: int | str | None = None,
 ) -> None:
     """Run ``work`` as the module docstring says; ``kind`` names the receipt's kind.
 
     ``precheck(cuda_available)`` checks the machine for this command before the guard
-    creates anything (``pp3cli.run.guard.guarded``).
+    creates anything, and ``device`` is the GPU whose lock the guard takes (default torch's
+    current device; a distributed rank passes its own): ``pp3cli.run.guard.guarded``.
     """
     from rich.console import Console
 
@@ -72,9 +75,11 @@ def run_receipted(
         typer.echo(start_detached(command, settings, sys.argv[1:]))
         return
     with guarded(
-        command, settings, run.guard, require_gpu=require_gpu, precheck=precheck
+        command, settings, run.guard, require_gpu=require_gpu, precheck=precheck, device=device
     ) as record:
         finding = work(record)
+        if finding is None:  # a distributed rank other than 0: rank 0 writes the receipt
+            return
         environment = record.environment()
     path = write_receipt(
         settings.receipts,

@@ -24,6 +24,7 @@ from typing import Any
 
 from pp3cli.evidence.exact import fraction_from_text, fraction_text, marginal_laws
 from pp3cli.evidence.profiles import MIN_EXPECTED, POWER, Profile
+from pp3cli.evidence.shares import check_rank_counts
 from pp3cli.evidence.stats import (
     FamilyVerdict,
     MemberResult,
@@ -193,6 +194,16 @@ def target_power(
     return list(found.values())
 
 
+def control_requests_for(
+    profile: Profile, alpha: float, tv: float | None = None, targets: Sequence[ToyTarget] = TARGETS
+) -> int:
+    """Requests per target of each control: the verifier's, or fewer with a ``control_tv``."""
+    n = requests_for(profile, alpha, tv, targets)
+    if profile.control_tv is None:
+        return n
+    return min(n, requests_for(profile, alpha, profile.control_tv, targets))
+
+
 # ---------------------------------------------------------------------------- recompute
 
 
@@ -328,6 +339,7 @@ def recompute_qualification(predicate: Mapping[str, Any]) -> tuple[str, list[str
         if was_caught != bool(control["failed_as_required"]):
             problems.append(f"control {control['defect']}: stored failed flag is wrong")
         caught.append(was_caught)
+    problems.extend(check_rank_counts(data))  # distributed runs: per-rank counts add up
     edge_decides = bool(data.get("edge_decides", True))
     verdict = qualification_verdict(
         family.passed,

@@ -35,12 +35,24 @@ class Profile:
     batch: int  # most requests per verifier call
     n_greedy: int  # paired T0 requests
     repeats: int = MIN_REPEATS  # at least this many verifier calls per target
+    control_tv: float | None = None  # controls sized for this TV (None: the verifier's size)
 
 
 PROFILES: dict[str, Profile] = {
     "smoke": Profile("smoke", requests=2000, tv=None, batch=1024, n_greedy=1000, repeats=8),
     "seed": Profile("seed", requests=20_000, tv=None, batch=8192, n_greedy=100_000),
     "strict": Profile("strict", requests=None, tv=1e-3, batch=1 << 22, n_greedy=1_000_000),
+    # ~11x strict's requests (n grows as 1/tv^2): meant for several GPUs (`--gpus N`). The
+    # planted-defect controls stay at strict's size: they already fail there by far (their
+    # deviations are far above TV 1e-3), and at the verifier's size they would be 8/9 of the run.
+    "exhaustive": Profile(
+        "exhaustive",
+        requests=None,
+        tv=3e-4,
+        batch=1 << 22,
+        n_greedy=1_000_000,
+        control_tv=1e-3,
+    ),
 }
 
 # `pp3 oracle`: requests per draft policy.

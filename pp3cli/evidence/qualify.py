@@ -16,10 +16,9 @@ Design (docs/method.md "Targets", docs/qualify.md):
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -28,6 +27,7 @@ import torch
 from pp3cli.evidence.edge import EdgeResult, run_edge_battery
 from pp3cli.evidence.family import (
     MemberRecord,
+    control_requests_for,
     judge_members,
     member_laws,
     requests_for,
@@ -36,6 +36,7 @@ from pp3cli.evidence.family import (
 from pp3cli.evidence.greedy import greedy_from_logits
 from pp3cli.evidence.pairing import PairingReport, pair_sampled, pair_t0, pairing_members
 from pp3cli.evidence.profiles import CAPPED_REPEATS, MIN_REPEATS, Profile
+from pp3cli.evidence.shares import VERIFIER, RankCounts, RankShare
 from pp3cli.evidence.stats import FamilyVerdict, holm
 from pp3cli.evidence.targets import TARGETS, ToyTarget
 from pp3cli.evidence.verdict import battery_caught, qualification_verdict
@@ -153,7 +154,7 @@ def as_target_form(target: ToyTarget, inputs: ChainInputs) -> ChainInputs:
     weights = inputs.q_counts.to(torch.float32) / float(target.denominator)
     dense = torch.zeros(batch, target.k, target.vocab, dtype=torch.float32, device=ids.device)
     dense.scatter_add_(-1, ids.clamp(min=0), torch.where(ids >= 0, weights, 0.0))
-    return dataclasses.replace(inputs, q_ids=None, q_counts=None, denominator=None, q_dense=dense)
+    return replace(inputs, q_ids=None, q_counts=None, denominator=None, q_dense=dense)
 
 
 # ---------------------------------------------------------------------------- greedy
@@ -312,6 +313,8 @@ class QualificationReport:
     controls: tuple[ControlReport, ...] = field(default_factory=tuple)
     edge_decides: bool = True  # False for a peer's or a user's verifier (edge.py: "differs")
     pairing: PairingReport | None = None  # --pair-with; its tests are in ``family``'s Holm
+    rank_counts: dict[str, RankCounts] | None = None  # distributed: battery -> per-rank
+    control_requests_per_target: int | None = None  # None: the verifier's
 
     @property
     def verdict(self) -> str:
@@ -350,7 +353,11 @@ class QualificationReport:
                 0 if self.pairing is None else len(self.pairing.tests),
             ),
             "verdict": self.verdict,
-        }
+        } | (
+            {}
+            if self.control_requests_per_target is None
+            else {"control_requests_per_target": self.control_requests_per_target}
+        )
 
 
 class BatteryResult(NamedTuple):
@@ -377,6 +384,7 @@ class Battery:
     profile: Profile
     alpha: float
     targets: Sequence[ToyTarget] = TARGETS
+    share: RankShare | None = None  # distributed: this rank's calls (evidence/shares.py)
 
     def sample(
         self,
@@ -391,7 +399,15 @@ class Battery:
         repeats = CAPPED_REPEATS if target.capped else self.profile.repeats
         size = call_size(n, self.profile.batch, repeats)
         totals: dict[str, np.ndarray] = {}
-        for start in range(0, n, size):
+        calls = math.ceil(n / size)
+        starts = [  # distributed: this rank's calls only (pp3cli.evidence.shares)
+            start
+            for start in range(0, n, size)
+            if self.share is None or self.share.owns_call(target_index, start // size, calls)
+        ]
+        total = sum(min(n, start + size) - start for start in starts)
+        done = 0
+        for start in starts:
             stop = min(n, start + size)
             index = torch.arange(start, stop, dtype=torch.int64, device=self.device)
             inputs = target_inputs(target, index, seed=self.seed, target_index=target_index)
@@ -400,8 +416,9 @@ class Battery:
             inputs = as_target_form(target, inputs)
             for name, values in count_members(target, inputs.verify_with(verifier)).items():
                 totals[name] = totals[name] + values if name in totals else values
+            done += stop - start
             if progress is not None:
-                progress(target.name, stop, n)
+                progress(target.name, done, total)
         return totals
 
     def family(
@@ -419,6 +436,8 @@ class Battery:
             for target in self.targets
             for law in member_laws(target, target.requests(self.profile.name, self.n))
         ]
+        if self.share is not None:
+            counts = self.share.merge(laws, counts)
         return judge_members(laws, counts, self.alpha)
 
     def run(
@@ -436,8 +455,22 @@ class Battery:
         n = 0, the edge battery as an empty list).
         """
         members, family = self.family(verifier, transport, progress)
-        if stop_at_failure and not family.passed:
-            return BatteryResult(members, family, GreedyReport(0, 0, ()), [])
+        greedy, edge = self.later_parts(
+            verifier, family.passed, progress=progress, stop_at_failure=stop_at_failure
+        )
+        return BatteryResult(members, family, greedy, edge)
+
+    def later_parts(
+        self,
+        verifier: ChainVerifier,
+        family_passed: bool,
+        *,
+        progress: Progress | None = None,
+        stop_at_failure: bool = False,
+    ) -> tuple[GreedyReport, list[EdgeResult]]:
+        """Greedy pairing, then edge battery, after a family that passed or not (see run)."""
+        if stop_at_failure and not family_passed:
+            return GreedyReport(0, 0, ()), []
         greedy = run_greedy_pairing(
             self.n_greedy,
             verifier=verifier,
@@ -447,9 +480,8 @@ class Battery:
             progress=progress,
         )
         if stop_at_failure and greedy.mismatches:
-            return BatteryResult(members, family, greedy, [])
-        edge = run_edge_battery(verifier, device=self.device, seed=self.seed)
-        return BatteryResult(members, family, greedy, edge)
+            return greedy, []
+        return greedy, run_edge_battery(verifier, device=self.device, seed=self.seed)
 
 
 def run_qualification(
@@ -468,15 +500,20 @@ def run_qualification(
     progress: Progress | None = None,
     edge_decides: bool = True,
     pair_with: tuple[str, ChainVerifier] | None = None,
+    share: RankShare | None = None,
 ) -> QualificationReport:
     """Run the family, greedy pairing and edge battery for ``verifier`` and each control.
 
     ``controls`` maps a defect name to a defective verifier (default: none); each runs the
     same battery at the same size and must be caught; unless ``full_controls``, a control
-    stops at its first failing part. ``tv`` overrides the profile's size.
+    stops at its first failing part. ``tv`` overrides the profile's size; a profile with a
+    ``control_tv`` (exhaustive) sizes the controls for that TV instead.
     ``edge_decides`` False (peers, user modules) records edge checks without letting them
     decide. ``pair_with`` = (name, verifier) adds ``pp3cli.evidence.pairing``'s paired run:
     n_greedy T0 requests compared exactly, and its homogeneity tests join the Holm family.
+    With ``share`` this rank runs its calls of every family, the merged counts are judged,
+    and the batteries' greedy and edge parts are spread over the ranks
+    (``_batteries_on_ranks``); ``pair_with`` is single-process for now.
     """
     if not 0 < alpha < 1:
         raise ValueError(f"alpha = {alpha}: expected 0 < alpha < 1")
@@ -485,7 +522,39 @@ def run_qualification(
     pairs = profile.n_greedy if n_greedy is None else n_greedy
     if pairs < 1:
         raise ValueError(f"n_greedy = {pairs}: expected at least 1")
-    battery = Battery(n, pairs, dev, seed, profile, alpha, tuple(targets))
+    battery = Battery(n, pairs, dev, seed, profile, alpha, tuple(targets), share)
+    n_controls = control_requests_for(profile, alpha, tv, targets)
+    # Controls skip the capped targets (costly ones that judge the verifier only); each is
+    # still caught by the rest of the family.
+    control_battery = replace(
+        battery, n=n_controls, targets=tuple(t for t in targets if not t.capped)
+    )
+    if share is not None:
+        if pair_with is not None:
+            raise ValueError("pair_with with several ranks: the paired run is single-process")
+        named = [(VERIFIER, verifier), *(controls or {}).items()]
+        results, rank_counts = _batteries_on_ranks(
+            battery,
+            control_battery,
+            named,
+            share,
+            full_controls=full_controls,
+            transport=transport,
+            progress=progress,
+        )
+        reports_on_ranks = [
+            ControlReport(name, tuple(r.members), r.family, r.greedy, tuple(r.edge))
+            for (name, _), r in zip(named[1:], results[1:], strict=True)
+        ]
+        return _report(
+            battery,
+            control_battery,
+            results[0],
+            reports_on_ranks,
+            rank_counts,
+            edge_decides=edge_decides,
+            pairing=None,
+        )
     members, family, greedy, edge = battery.run(verifier, progress=progress, transport=transport)
     pairing = None
     if pair_with is not None:  # ---- --pair-with (pp3cli.evidence.pairing)
@@ -498,9 +567,6 @@ def run_qualification(
         )
         pairing = PairingReport(other_name, pairs, t0_bad, examples, tuple(tests))
         family = holm([m.result for m in members] + pairing_members(tests), alpha)
-    # Controls skip the capped targets (costly ones that judge the verifier only); each is
-    # still caught by the rest of the family.
-    battery = dataclasses.replace(battery, targets=tuple(t for t in targets if not t.capped))
     reports = []
     for defect, control in (controls or {}).items():
 
@@ -508,23 +574,103 @@ def run_qualification(
             if progress is not None:
                 progress(f"control {_d}: {task}", done, total)
 
-        caught = battery.run(control, progress=tagged, stop_at_failure=not full_controls)
+        caught = control_battery.run(control, progress=tagged, stop_at_failure=not full_controls)
         reports.append(
             ControlReport(
                 defect, tuple(caught.members), caught.family, caught.greedy, tuple(caught.edge)
             )
         )
+    tested = BatteryResult(members, family, greedy, edge)
+    return _report(
+        battery,
+        control_battery,
+        tested,
+        reports,
+        None,
+        edge_decides=edge_decides,
+        pairing=pairing,
+    )
+
+
+def _report(
+    battery: Battery,
+    control_battery: Battery,
+    tested: BatteryResult,
+    controls: Sequence[ControlReport],
+    rank_counts: dict[str, RankCounts] | None,
+    *,
+    edge_decides: bool,
+    pairing: PairingReport | None,
+) -> QualificationReport:
+    """The report of the verifier's battery ``tested`` and the controls'."""
+    profile, n = battery.profile, battery.n
     return QualificationReport(
         profile=profile.name,
         requests_per_target=n,
         call_size=call_size(n, profile.batch, profile.repeats),
-        alpha=alpha,
-        seed=seed,
-        members=tuple(members),
-        family=family,
-        greedy=greedy,
-        edge=tuple(edge),
-        controls=tuple(reports),
+        alpha=battery.alpha,
+        seed=battery.seed,
+        members=tuple(tested.members),
+        family=tested.family,
+        greedy=tested.greedy,
+        edge=tuple(tested.edge),
+        controls=tuple(controls),
         edge_decides=edge_decides,
         pairing=pairing,
+        rank_counts=rank_counts,
+        control_requests_per_target=None if control_battery.n == n else control_battery.n,
     )
+
+
+# ---------------------------------------------------------------------------- on ranks
+
+
+def _batteries_on_ranks(
+    battery: Battery,
+    control_battery: Battery,
+    named: Sequence[tuple[str, ChainVerifier]],
+    share: RankShare,
+    *,
+    full_controls: bool,
+    transport: DraftTransport | None,
+    progress: Progress | None,
+) -> tuple[list[BatteryResult], dict[str, RankCounts]]:
+    """Every battery of a distributed run (``named``: the verifier first, then the controls).
+
+    First every family, each split over the ranks and judged on the gathered counts (so all
+    ranks know which control is already caught); then battery i's greedy pairing and edge
+    battery (a control's only if its family passed, unless ``full_controls``) run on rank
+    i mod N, so the ranks run them side by side; one last exchange gives every rank all
+    results. Each part is a function of the seed alone, so the order changes nothing.
+    """
+
+    def tagged(name: str) -> Progress | None:
+        if progress is None or name == VERIFIER:
+            return progress
+        return lambda task, done, total: progress(f"control {name}: {task}", done, total)
+
+    def battery_of(name: str) -> Battery:
+        return battery if name == VERIFIER else control_battery
+
+    families = []
+    rank_counts: dict[str, RankCounts] = {}
+    for name, verifier in named:
+        sent = transport if name == VERIFIER else None
+        families.append(battery_of(name).family(verifier, sent, tagged(name)))
+        (rank_counts[name],) = share.take()
+    later: dict[int, tuple[GreedyReport, list[EdgeResult]]] = {}
+    for index, ((name, verifier), (_, family)) in enumerate(zip(named, families, strict=True)):
+        if share.group.owns(index):
+            later[index] = battery_of(name).later_parts(
+                verifier,
+                family.passed,
+                progress=tagged(name),
+                stop_at_failure=name != VERIFIER and not full_controls,
+            )
+    for parts in share.group.gather_objects(later):
+        later |= parts
+    results = [
+        BatteryResult(members, family, *later[index])
+        for index, (members, family) in enumerate(families)
+    ]
+    return results, rank_counts

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pp3cli.run.errors import EnvironmentProblem, UsageProblem
-from pp3cli.run.locks import device_lock_name, hold_device, hold_scratch
+from pp3cli.run.locks import device_lock_name, hold_device, hold_scratch, lock_dir
 from pp3cli.run.power import PowerReading, read_power
 from pp3cli.run.scratch import RUN_TAG, RUNS_DIR, ensure_scratch, has_marker, new_run_dir
 from pp3cli.run.settings import Settings
@@ -40,6 +40,7 @@ class GuardOptions:
     threads: int = 8
     expect_power_limit: float | None = None
     detach: bool = False
+    lock: bool = True  # False: a CPU rank of a distributed run; local rank 0 holds the host's
 
 
 def parse_cpu_list(text: str) -> list[int]:
@@ -234,7 +235,10 @@ def guarded(
         precheck(cuda_available)
     lock_name = device_lock_name(device, cuda_available=cuda_available)
     with ExitStack() as held:
-        lock_path = held.enter_context(hold_device(lock_name, command))
+        if options.lock:
+            lock_path = held.enter_context(hold_device(lock_name, command))
+        else:  # a distributed rank whose host lock another local rank holds
+            lock_path = lock_dir() / f"{lock_name}.lock"
         before = read_power(cuda_available)
         if options.expect_power_limit is not None:
             actual = before.limit_w

@@ -18,6 +18,7 @@ import secrets
 import shutil
 import stat
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -108,6 +109,8 @@ def ensure_scratch(settings: Settings) -> Path:
         return root
     if root.is_symlink() or (root.exists() and not root.is_dir()):
         raise UsageProblem(f"scratch root {root} exists and is not a folder")
+    if root.exists() and _marker_being_written(root):
+        return root  # another pp3 process (e.g. a rank of the same run) created it just now
     if root.exists() and any(root.iterdir()):
         raise UsageProblem(
             f"scratch root {root} is not empty and has no {MARKER_NAME} marker: pp3 did not "
@@ -117,10 +120,27 @@ def ensure_scratch(settings: Settings) -> Path:
     try:
         _write_marker(root, ROOT_TAG)
     except FileExistsError:  # another pp3 process created it concurrently
-        pass
+        _marker_being_written(root)
     if not has_marker(root, ROOT_TAG):
         raise EnvironmentProblem(f"could not mark scratch root {root} as pp3's")
     return root
+
+
+def _marker_being_written(root: Path, wait_s: float = 5.0) -> bool:
+    """True once the root marker a concurrent pp3 is writing is complete (wait up to wait_s).
+
+    Concurrent processes (the ranks of one distributed run) may create a fresh root at the
+    same moment: one creates the marker (O_EXCL) and writes it, the others see a folder
+    whose only entry is that marker and wait for it instead of calling the folder foreign.
+    """
+    deadline = time.monotonic() + wait_s
+    while not has_marker(root, ROOT_TAG):
+        if [entry.name for entry in root.iterdir()] != [MARKER_NAME]:
+            return False
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def new_run_dir(settings: Settings, command: str) -> Path:
