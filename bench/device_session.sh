@@ -12,7 +12,8 @@
 #            --verifier flashinfer: its wheels from .whl-fi/gpu, carry ".whl-fi/gpu")
 #   oracle   pp3 oracle --device cuda ARGS
 #   probe    pp3 probe --overlay .overlay/vllm-0.33.0 ARGS
-#   pp3      pp3 ARGS (any command, e.g. `pp3 qualify --verifier vllm-mrv2 ...`), 450 s at most
+#   pp3      pp3 ARGS (any command, e.g. `pp3 qualify --verifier vllm-mrv2 ...`), the call's
+#            remaining time
 #   ab       bench/selector_ab.py --base .base ARGS (.base/pp3kernels: an older kernel
 #            package to compare with; carry ".base" too)
 # Receipts and the manifest are copied to $OUT; the Triton cache is returned as a tarball
@@ -26,6 +27,10 @@ start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit 3
+if ls .whl-fi/gpu/*.whl >/dev/null 2>&1; then  # FlashInfer's wheels, when carried
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+    --target /tmp/site .whl-fi/gpu/*.whl 2>&1 | tail -5
+fi
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >/tmp/install.log 2>&1 \
   || { tail -20 /tmp/install.log; echo "editable install failed"; exit 3; }
 export PP3_SCRATCH=/tmp/pp3-scratch PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=$PWD/.triton-cache
@@ -55,10 +60,6 @@ while [ $# -gt 0 ]; do
       timeout 400 python3 -m pp3cli qualify --profile strict "${args[@]}" 2>&1 | tail -60 | tee -a "$log"
       say "qualify exit ${PIPESTATUS[0]}" ;;
     peer)
-      if ls .whl-fi/gpu/*.whl >/dev/null 2>&1; then
-        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-          --target /tmp/site .whl-fi/gpu/*.whl 2>&1 | tail -5 | tee -a "$log"
-      fi
       timeout $(( 570 - $(elapsed) )) python3 -m pp3cli qualify --profile strict "${args[@]}" 2>&1 \
         | tail -80 | tee -a "$log"
       say "peer exit ${PIPESTATUS[0]}" ;;
@@ -74,7 +75,7 @@ while [ $# -gt 0 ]; do
         "${args[@]}" 2>&1 | tee -a "$log" | tail -80
       say "probe exit ${PIPESTATUS[0]}" ;;
     pp3)
-      timeout 450 python3 -m pp3cli "${args[@]}" 2>&1 | tail -60 | tee -a "$log"
+      timeout $(( 570 - $(elapsed) )) python3 -m pp3cli "${args[@]}" 2>&1 | tail -60 | tee -a "$log"
       say "pp3 exit ${PIPESTATUS[0]}" ;;
     *) say "unknown stage $stage"; exit 2 ;;
   esac

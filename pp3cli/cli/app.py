@@ -40,8 +40,9 @@ def unknown_option_hint(option: str, command: str, own: list[str], top_level: li
     """What to say about an unknown ``option`` of ``command`` (exit 2).
 
     A top-level option given after the command is named as such; otherwise a suggestion
-    only when it is really close (difflib ratio >= 0.75, so ``--bogus`` is not offered
-    ``--cpus``), else a pointer to the command's help.
+    only when it is really close (difflib ratio >= 0.75 between the names without their
+    dashes, so ``--bogus`` is offered neither ``--cpus`` nor ``--gpus``, while ``--cpu``
+    is offered ``--cpus``), else a pointer to the command's help.
     """
     name = option.split("=", 1)[0]
     if name in top_level:
@@ -49,7 +50,11 @@ def unknown_option_hint(option: str, command: str, own: list[str], top_level: li
             f"No such option: {name} — {name} is an option of pp3 itself: give it before the "
             f"command, e.g. pp3 {name} VALUE {command}"
         )
-    close = difflib.get_close_matches(name, own, n=3, cutoff=0.75)
+    bare = {option.lstrip("-"): option for option in own}
+    close = [
+        bare[match]
+        for match in difflib.get_close_matches(name.lstrip("-"), list(bare), n=3, cutoff=0.75)
+    ]
     if close:
         return f"No such option: {name}. Did you mean {' or '.join(close)}?"
     return f"No such option: {name}. See pp3 {command} -h for the options."

@@ -38,29 +38,34 @@ def _plan_output(
     ranks: int | None,
     receipts: Path,
     control_tv: float | None,
+    profile_name: str = "strict",
 ) -> None:
     """The samples table; with ``ranks`` (--gpus N) also the expected wall time on N GPUs.
 
-    Controls run n requests per target too, or fewer with a ``control_tv`` (exhaustive).
+    n requests per target (a capped target its cap under ``profile_name``); the controls
+    run n per uncapped target too, or fewer with a ``control_tv`` (exhaustive).
     """
     import orjson
     from rich.console import Console
     from rich.table import Table
 
-    from pp3cli.evidence.family import plan_samples
+    from pp3cli.evidence.family import plan_samples, requests_for
     from pp3cli.evidence.targets import TARGETS
     from pp3cli.receipts.rates import expected_wall_s, newest_rate
     from pp3cli.run.scratch import repo_root
     from pp3cli.verifiers.registry import planted_defect_controls
 
     rows = plan_samples(tv, alpha)
-    n = max(r.n_needed for r in rows)
+    sizing = PROFILES[profile_name]
+    n = requests_for(sizing, alpha, tv)
     n_controls = n
     if control_tv is not None:
-        n_controls = min(n, max(r.n_needed for r in plan_samples(control_tv, alpha)))
+        n_controls = min(n, requests_for(sizing, alpha, control_tv))
     rate = newest_rate(receipts, repo_root()) if ranks and receipts.is_dir() else None
     controls = len(planted_defect_controls())
-    requests = len(TARGETS) * (n + controls * n_controls)
+    uncapped = sum(1 for target in TARGETS if not target.capped)
+    requests = sum(target.requests(profile_name, n) for target in TARGETS)
+    requests += controls * uncapped * n_controls
     wall = None
     if rate is not None and ranks is not None:
         wall = expected_wall_s(rate, requests, ranks)
@@ -99,7 +104,8 @@ def _plan_output(
     typer.echo(
         f"expected wall time on {ranks} GPU(s): {wall:,.0f} s ({wall / 60:.1f} min) for "
         f"{requests:,} family requests (verifier {n:,} and {controls} controls {n_controls:,} "
-        f"per target); rate {rate.requests_per_s:,.0f} requests/s per GPU from {rate.receipt} "
+        f"per uncapped target); rate {rate.requests_per_s:,.0f} requests/s per GPU from "
+        f"{rate.receipt} "
         f"({rate.status}, {rate.gpu_name}: {rate.requests:,} requests in {rate.elapsed_s:g} s); "
         "start-up and the unsplit greedy pairings not included"
     )
@@ -293,7 +299,15 @@ def qualify_command(
         profile_tv = PROFILES[profile].tv if profile is not None else None
         planned_tv = tv if tv is not None else profile_tv if profile_tv is not None else 1e-3
         control_tv = PROFILES[profile].control_tv if profile is not None else None
-        _plan_output(planned_tv, alpha, run.json_output, gpus, settings.receipts, control_tv)
+        _plan_output(
+            planned_tv,
+            alpha,
+            run.json_output,
+            gpus,
+            settings.receipts,
+            control_tv,
+            profile if profile is not None else "strict",
+        )
         return
     from pp3cli.run.ranks import RankPlace
 

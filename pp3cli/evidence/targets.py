@@ -381,7 +381,7 @@ TARGETS: tuple[ToyTarget, ...] = (
         weights=(_WIDE_ROW0, _WIDE_ROW1),
         draft=(tuple((token, 256) for token in _WIDE_SUPPORT),),
         denominator=1 << 16,
-        requests_cap=(("smoke", 256), ("seed", 512), ("strict", 1 << 20)),
+        requests_cap=(("smoke", 256), ("seed", 512), ("strict", 1 << 20), ("exhaustive", 1 << 20)),
     ),
     ToyTarget(
         name="split_vocab",
@@ -403,7 +403,7 @@ TARGETS: tuple[ToyTarget, ...] = (
         weights=(_sparse_row(_SPLIT_ROW0, _SPLIT_VOCAB), _sparse_row(_SPLIT_ROW1, _SPLIT_VOCAB)),
         draft=(((2047, 320), (16384, 64), (24576, 448), (32767, 192)),),
         denominator=1024,
-        requests_cap=(("smoke", 128), ("seed", 256), ("strict", 1 << 20)),
+        requests_cap=(("smoke", 128), ("seed", 256), ("strict", 1 << 20), ("exhaustive", 1 << 20)),
     ),
 )
 

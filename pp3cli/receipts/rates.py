@@ -4,14 +4,16 @@
 newest verified (``verify-receipts`` OK or STALE, never FAIL) single-GPU H200 strict
 qualification receipt in the receipts folder:
 
-    rate = family requests / elapsed_s,  family requests = targets * (n + controls * n_c)
+    rate = family requests / elapsed_s,
+    family requests = sum over targets of n_t + controls * sum over uncapped targets of n_c
 
-(every battery, the verifier's with n requests per target and each control's with n_c,
-runs the whole family; the greedy pairing, edge battery and start-up are inside elapsed_s,
-so they are folded into the rate). A run of n' and n_c' requests per target on N GPUs is
-then expected to take
+(every battery runs the whole family: the verifier's with n_t requests for target t, which
+is n or a capped target's own cap, and each control's with n_c on the uncapped targets; the
+greedy pairing, edge battery and start-up are inside elapsed_s, so they are folded into the
+rate; the counts are read from the receipt's members). A run of that many family requests
+on N GPUs is then expected to take
 
-    targets * (n' + controls * n_c') / (N * rate)
+    family requests / (N * rate)
 
 seconds: the family is split evenly over the ranks (``pp3cli.evidence.shares``). Not
 modelled: a greedy pairing is not split (each runs whole on one rank, a few seconds on a
@@ -47,13 +49,21 @@ class MeasuredRate:
         return dict(self.__dict__)
 
 
+def _battery_requests(members: list[dict[str, Any]]) -> int:
+    """Requests one battery's family ran: per target, its members' (largest) n, summed."""
+    per_target: dict[str, int] = {}
+    for member in members:
+        target = str(member["target"])
+        per_target[target] = max(per_target.get(target, 0), int(member["result"]["n"]))
+    return sum(per_target.values())
+
+
 def family_requests(predicate: dict[str, Any]) -> int:
-    """Requests a qualification's families ran: targets * (n + controls * n_c)."""
+    """Requests a qualification's families ran: the verifier's battery and every control's,
+    each counted from its members (a target's requests are its members' n)."""
     data = predicate["data"]
-    targets = len({str(member["target"]) for member in data["members"]})
-    n = int(data["requests_per_target"])
-    n_controls = int(data.get("control_requests_per_target", n))
-    return targets * (n + len(data["controls"]) * n_controls)
+    batteries = [data["members"], *(control["members"] for control in data["controls"])]
+    return sum(_battery_requests(members) for members in batteries)
 
 
 def newest_rate(receipts_dir: Path, root: Path) -> MeasuredRate | None:

@@ -65,7 +65,13 @@ def test_plan_on_n_gpus_divides_the_one_gpu_time(rate: MeasuredRate) -> None:
     assert plan["rate"]["receipt"] == rate.receipt
     n, n_controls = plan["requests_per_target"], plan["control_requests_per_target"]
     assert n > 10 * n_controls  # exhaustive's controls stay at strict's size (TV 1e-3)
-    requests = 5 * (n + 8 * n_controls)
+    from pp3cli.evidence.targets import TARGETS
+    from pp3cli.verifiers.registry import planted_defect_controls
+
+    uncapped = [t for t in TARGETS if not t.capped]
+    assert len(uncapped) < len(TARGETS)  # the capped targets count their caps only
+    requests = sum(t.requests("exhaustive", n) for t in TARGETS)
+    requests += len(planted_defect_controls()) * len(uncapped) * n_controls
     assert plan["family_requests"] == requests
     assert plan["expected_wall_s"] == pytest.approx(requests / (2 * rate.requests_per_s))
     assert expected_wall_s(rate, requests, 1) == pytest.approx(2 * plan["expected_wall_s"])
