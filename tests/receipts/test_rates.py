@@ -34,7 +34,13 @@ def test_rate_comes_from_the_newest_single_gpu_h200_strict_pass(rate: MeasuredRa
     assert chosen["parameters"]["profile"] == "strict" and chosen["verdict"] == "PASS"
     data = chosen["data"]
     assert rate.requests == family_requests(chosen)
-    assert rate.requests == 9 * 5 * data["requests_per_target"]  # strict: controls at n
+    # Strict: the verifier runs each target's stated requests (n, or a capped target's
+    # cap); every control runs n on each target that is not capped.
+    n = data["requests_per_target"]
+    stated = {t["name"]: t["requests"] for t in data["targets"]}
+    uncapped = [name for name, requests in stated.items() if requests == n]
+    assert len(uncapped) < len(stated)
+    assert rate.requests == sum(stated.values()) + len(data["controls"]) * len(uncapped) * n
     assert rate.requests_per_s == pytest.approx(rate.requests / data["elapsed_s"])
     for path in RECEIPTS.glob("qualification-*.json"):
         other = orjson.loads(path.read_bytes())["predicate"]
