@@ -228,6 +228,17 @@ AGREEMENT_CASES: dict[str, dict[str, Any]] = {
         "denominator": 2**24,
     },
     "b1-k1-t1": {"batch": 1, "drafts": 1, "vocab": 37, "greedy_share": 0.0},
+    # All-T1 batches: phase 1 takes the sampled-only pair update (no argmax tracked).
+    "v37-k5-t1-sparse": {"batch": 512, "drafts": 5, "vocab": 37, "greedy_share": 0.0},
+    "v37-k5-t1-bf16-dense": {
+        "batch": 256,
+        "drafts": 5,
+        "vocab": 37,
+        "q": "dense",
+        "dtype": torch.bfloat16,
+        "greedy_share": 0.0,
+    },
+    "v2100-k2-t1": {"batch": 128, "drafts": 2, "vocab": 2100, "greedy_share": 0.0},
     "b1-k5-t0": {"batch": 1, "drafts": 5, "vocab": 37, "greedy_share": 1.0},
     "k0": {"batch": 256, "drafts": 0, "vocab": 37, "q": "none"},
     "v1-k3": {"batch": 256, "drafts": 3, "vocab": 1, "mask_share": 0.0},
@@ -630,9 +641,12 @@ def test_a_request_alone_or_in_another_batch_gives_the_same_tokens() -> None:
     _assert_same(_kernel(_select(args, subset)), ChainResult(*(t[subset] for t in result)))
 
 
+@pytest.mark.parametrize("greedy_share", [0.25, 0.0], ids=["mixed", "all-t1"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_statuses_in_any_row_and_other_requests_unaffected(dtype: torch.dtype) -> None:
-    args = _make(batch=64, drafts=3, vocab=37, seed=61, dtype=dtype)
+def test_statuses_in_any_row_and_other_requests_unaffected(
+    dtype: torch.dtype, greedy_share: float
+) -> None:
+    args = _make(batch=64, drafts=3, vocab=37, seed=61, dtype=dtype, greedy_share=greedy_share)
     clean = _reference(args)
     logits = args["logits"].clone()
     nan, inf = float("nan"), float("inf")
@@ -640,6 +654,7 @@ def test_statuses_in_any_row_and_other_requests_unaffected(dtype: torch.dtype) -
     logits[5, 0, 0] = nan
     logits[10, 0, 2] = inf
     logits[11, 2, 20] = inf
+    logits[12, 1, 3:6] = inf  # several +inf in one row: POSINF, not NaN (inf - inf)
     logits[20, 1, :] = NEG
     logits[21, 3, :] = NEG
     logits[30, 0, 0] = inf
@@ -655,6 +670,7 @@ def test_statuses_in_any_row_and_other_requests_unaffected(dtype: torch.dtype) -
         5: STATUS_NAN,
         10: STATUS_POSINF,
         11: STATUS_POSINF,
+        12: STATUS_POSINF,
         20: STATUS_ALL_MASKED,
         21: STATUS_ALL_MASKED,
         30: STATUS_NAN,

@@ -175,6 +175,31 @@ def _greedy_update(x, offs_v, run_max, run_arg, run_nan):
     return run_max, run_arg, run_nan
 
 
+@triton.jit
+def _sampled_pair_update(x_a, x_b, run_max, run_sum, run_nan, inv_tau):
+    """Per-lane online max / sum for two tiles at once, in sampled-only programs.
+
+    m' = max(m, x_a, x_b); s' = s exp((m - m')/tau) + exp((x_a - m')/tau) + exp((x_b - m')/tau):
+    one rescale per lane per pair, one subtraction, multiplication, exponential and add per
+    element (the one-at-a-time update needs a compare, two selects and a branch-free
+    rescale per element). Exponentials are taken against a finite reference m_ref = m'
+    (0 where m' is +-inf), so -inf adds exactly 0 and no inf - inf is formed; a row whose
+    max is +inf is reported POSINF and its sum is never used. A NaN never wins the max and
+    is flagged by ``run_nan``.
+    """
+    run_nan = run_nan | (x_a != x_a) | (x_b != x_b)
+    new_max = tl.maximum(run_max, tl.maximum(x_a, x_b))
+    finite = (new_max != float("-inf")) & (new_max != float("inf"))
+    m_ref = tl.where(finite, new_max, 0.0)
+    old_ref = tl.where((run_max != float("-inf")) & (run_max != float("inf")), run_max, 0.0)
+    it = inv_tau[:, None]
+    rescale = tl.where(run_max == float("-inf"), 0.0, tl.exp((old_ref - m_ref) * it))
+    e_a = tl.exp((x_a - m_ref) * it)
+    e_b = tl.exp((x_b - m_ref) * it)
+    run_sum = run_sum * rescale + (e_a + e_b)
+    return new_max, run_sum, run_nan
+
+
 # NSPLIT stays a runtime value even when it is 1: one code path for every split count.
 @triton.jit(do_not_specialize=["NSPLIT"])
 def chain_stats_kernel(
@@ -226,7 +251,18 @@ def chain_stats_kernel(
     run_sum = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.float32)
     run_arg = tl.full([BLOCK_R, BLOCK_V], _BIG_INDEX, dtype=tl.int32)
     run_nan = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int1)
-    if any_t1 > 0:
+    if (any_t1 > 0) & (any_t0 == 0):
+        # Sampled rows only: both tiles' lanes folded into (max, sum) with one rescale.
+        for v0 in range(0, CHUNK, 2 * BLOCK_V):
+            offs_a = chunk_start + v0 + lane
+            offs_b = offs_a + BLOCK_V
+            x_a = _load_tile(logits_ptr, row_off, offs_a, mask_r, chunk_end, stride_lv)
+            x_b = _load_tile(logits_ptr, row_off, offs_b, mask_r, chunk_end, stride_lv)
+            run_max, run_sum, run_nan = _sampled_pair_update(
+                x_a, x_b, run_max, run_sum, run_nan, inv_tau_r
+            )
+        # The first argmax is never read for T1 rows; the lane max's id is not tracked.
+    elif any_t1 > 0:
         # Sampled rows: running max and sum of exp((x - m)/tau) with ONE exponential per
         # element (the side that lost is scaled by exp(-|x - m|/tau)); argmax only if the
         # tile also holds greedy rows.
