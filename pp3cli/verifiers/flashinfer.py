@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pp3cli.run.errors import EnvironmentProblem
-from pp3kernels import STATUS_OK, ChainResult, ChainVerifier
+from pp3kernels import STATUS_OK, ChainInputs, ChainResult, ChainVerifier
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -114,6 +114,14 @@ def flashinfer_arguments(
     return draft.contiguous(), proposals.contiguous(), target.contiguous()
 
 
+# At most this many fp32 elements of target probabilities [requests, K+1, V+1] per
+# FlashInfer call (512 MiB; the draft probabilities and the softmax's temporaries are of the
+# same order). The strict profile's V = 32768 target calls with 2^19 requests: ~200 GB in
+# one piece. Slicing changes which Philox subsequence a request gets (FlashInfer keys it by
+# the row's index in the call), not the law.
+SLICE_ELEMENTS = 1 << 27
+
+
 class FlashInferVerifier:
     """FlashInfer's ``chain_speculative_sampling`` (or a stand-in with its signature)."""
 
@@ -133,7 +141,47 @@ class FlashInferVerifier:
         denominator: int | None = None,
         q_dense: Tensor | None = None,
     ) -> ChainResult:
-        """Map pp3's inputs (module docstring), call FlashInfer, map its outputs back."""
+        """Map pp3's inputs (module docstring), call FlashInfer on slices of at most
+        ``SLICE_ELEMENTS`` target elements, map its outputs back in request order."""
+        import torch
+
+        inputs = ChainInputs(
+            logits,
+            draft_tokens,
+            temperature,
+            seed,
+            position,
+            q_ids=q_ids,
+            q_counts=q_counts,
+            denominator=denominator,
+            q_dense=q_dense,
+        )
+        batch, rows, vocab = (int(size) for size in logits.shape)
+        step = max(1, SLICE_ELEMENTS // (rows * (vocab + 1)))
+        parts = [
+            inputs.select(slice(start, start + step)).verify_with(self._call)
+            for start in range(0, max(batch, 1), step)
+        ]
+        return ChainResult(
+            torch.cat([part.tokens for part in parts]),
+            torch.cat([part.accepted for part in parts]),
+            torch.cat([part.status for part in parts]),
+        )
+
+    def _call(
+        self,
+        logits: Tensor,
+        draft_tokens: Tensor,
+        temperature: Tensor,
+        seed: Tensor,
+        position: Tensor,
+        *,
+        q_ids: Tensor | None = None,
+        q_counts: Tensor | None = None,
+        denominator: int | None = None,
+        q_dense: Tensor | None = None,
+    ) -> ChainResult:
+        """One FlashInfer call on the whole of its inputs."""
         import torch
 
         draft, proposals, target = flashinfer_arguments(

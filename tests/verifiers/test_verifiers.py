@@ -183,6 +183,42 @@ def test_flashinfer_adapter_on_the_stand_in_passes() -> None:
     assert report.verdict == "PASS", (report.family.rejected, report.greedy)
 
 
+def test_flashinfer_adapter_slices_large_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calls above SLICE_ELEMENTS go to FlashInfer in slices, outputs back in request order
+    (T0 rows are deterministic, so sliced and whole calls must agree exactly there)."""
+    import stand_ins
+
+    sizes: list[int] = []
+
+    def counting(draft: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        sizes.append(int(draft.shape[0]))
+        return stand_ins.chain_speculative_sampling(draft, *args, **kwargs)
+
+    batch, k, vocab = 11, 3, 20
+    generator = torch.Generator().manual_seed(5)
+    logits = torch.randn(batch, k + 1, vocab, generator=generator)
+    drafts = logits[:, :k].argmax(-1).to(torch.int32)
+    drafts[::3, 1] = (drafts[::3, 1] + 1) % vocab
+    drafts[4, 0] = -1
+    call = (
+        logits,
+        drafts,
+        torch.zeros(batch),
+        torch.arange(batch, dtype=torch.int64),
+        torch.arange(batch, dtype=torch.int64) * 8,
+    )
+    whole = flashinfer_verifier(counting)(*call)
+    assert sizes == [batch]
+    monkeypatch.setattr(flashinfer_adapter, "SLICE_ELEMENTS", 4 * (k + 1) * (vocab + 1))
+    sliced = flashinfer_verifier(counting)(*call)
+    assert sizes[1:] == [4, 4, 3]
+    for got, want in zip(sliced, whole, strict=True):
+        assert torch.equal(got, want)
+    reference = reference_verify_chain(*call)
+    assert torch.equal(sliced.tokens, reference.tokens)
+    assert torch.equal(sliced.accepted, reference.accepted)
+
+
 def test_flashinfer_arguments_map_invalid_proposals_to_a_rejected_pad() -> None:
     logits = torch.tensor([[[0.0, 1.0, 1.0], [2.0, 0.0, 0.0]]])
     drafts = torch.tensor([[-1]], dtype=torch.int32)
