@@ -42,8 +42,9 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _module_imports(path: Path) -> set[str]:
-    """Own modules imported when ``path`` is imported (module level, outside TYPE_CHECKING)."""
+def _module_imports(path: Path, packages: tuple[str, ...] = ("pp3cli", "pp3kernels")) -> set[str]:
+    """Modules of ``packages`` imported when ``path`` is imported (module level, outside
+    TYPE_CHECKING): own modules by default."""
     found: set[str] = set()
     pending: list[ast.stmt] = list(ast.parse(path.read_text()).body)
     while pending:
@@ -57,7 +58,7 @@ def _module_imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
             found.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return {name for name in found if name.split(".")[0] in ("pp3cli", "pp3kernels")}
+    return {name for name in found if name.split(".")[0] in packages}
 
 
 def _graph() -> dict[str, set[str]]:
@@ -131,21 +132,6 @@ def test_own_modules_are_imported_statically() -> None:
     assert users == {"pp3cli/verifiers/overlay.py", "pp3cli/verifiers/external.py"}, users
 
 
-def _imports_anything(path: Path, packages: tuple[str, ...]) -> set[str]:
-    """Module-level imports of ``path`` (outside TYPE_CHECKING) from ``packages``."""
-    found: set[str] = set()
-    pending: list[ast.stmt] = list(ast.parse(path.read_text()).body)
-    while pending:
-        node = pending.pop()
-        if isinstance(node, ast.If) and not _is_type_checking(node):
-            pending.extend(node.body + node.orelse)
-        elif isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-    return {name for name in found if name.split(".")[0] in packages}
-
-
 @pytest.mark.parametrize(
     "module",
     [
@@ -158,4 +144,4 @@ def _imports_anything(path: Path, packages: tuple[str, ...]) -> set[str]:
 )
 def test_distributed_modules_load_without_torch(module: str) -> None:
     """torch and triton load inside functions only: verify-receipts runs where they are absent."""
-    assert _imports_anything(ROOT / module, ("torch", "triton")) == set()
+    assert _module_imports(ROOT / module, ("torch", "triton")) == set()
