@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pp3cli.run.errors import EnvironmentProblem
+from pp3cli.verifiers.slices import in_slices
 from pp3kernels import STATUS_OK, ChainInputs, ChainResult, ChainVerifier
 
 if TYPE_CHECKING:
@@ -143,7 +144,6 @@ class FlashInferVerifier:
     ) -> ChainResult:
         """Map pp3's inputs (module docstring), call FlashInfer on slices of at most
         ``SLICE_ELEMENTS`` target elements, map its outputs back in request order."""
-        import torch
 
         inputs = ChainInputs(
             logits,
@@ -156,16 +156,12 @@ class FlashInferVerifier:
             denominator=denominator,
             q_dense=q_dense,
         )
-        batch, rows, vocab = (int(size) for size in logits.shape)
-        step = max(1, SLICE_ELEMENTS // (rows * (vocab + 1)))
-        parts = [
-            inputs.select(slice(start, start + step)).verify_with(self._call)
-            for start in range(0, max(batch, 1), step)
-        ]
-        return ChainResult(
-            torch.cat([part.tokens for part in parts]),
-            torch.cat([part.accepted for part in parts]),
-            torch.cat([part.status for part in parts]),
+        _batch, rows, vocab = (int(size) for size in logits.shape)
+        return in_slices(
+            inputs,
+            lambda part: part.verify_with(self._call),
+            elements_per_request=rows * (vocab + 1),
+            budget=SLICE_ELEMENTS,
         )
 
     def _call(

@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pp3cli.verifiers.slices import in_slices
 from pp3kernels import STATUS_OK, ChainInputs, ChainResult, ChainVerifier
 
 if TYPE_CHECKING:
@@ -203,20 +204,20 @@ class VllmMrv2Verifier:
             q_dense=q_dense,
         )
         one_hot = point_mass_drafts(inputs)
-        batch, rows, vocab = (int(size) for size in logits.shape)
-        step = max(1, ADAPTER_CHUNK_ELEMENTS // (rows * vocab))
-        parts = []
-        for start in range(0, max(batch, 1), step):
-            part = inputs.select(slice(start, start + step))
+        _batch, rows, vocab = (int(size) for size in logits.shape)
+
+        def call(part: ChainInputs) -> ChainResult:
             draft_logits = None if one_hot else draft_logits_from_q(part)
             sampled, num_sampled = self.rejection_sample(
                 **vllm_arguments(part, draft_logits=draft_logits)
             )
-            parts.append(chain_from_vllm(sampled, num_sampled))
-        tokens = torch.cat([tokens for tokens, _ in parts])
-        accepted = torch.cat([accepted for _, accepted in parts])
-        status = torch.full_like(accepted, STATUS_OK, dtype=torch.int8)
-        return ChainResult(tokens, accepted, status)
+            tokens, accepted = chain_from_vllm(sampled, num_sampled)
+            status = torch.full_like(accepted, STATUS_OK, dtype=torch.int8)
+            return ChainResult(tokens, accepted, status)
+
+        return in_slices(
+            inputs, call, elements_per_request=rows * vocab, budget=ADAPTER_CHUNK_ELEMENTS
+        )
 
 
 def vllm_verifier(rejection_sample: Callable[..., Any]) -> ChainVerifier:
