@@ -36,6 +36,7 @@ from pp3kernels.jit import (
     chain_finish_kernel,
     chain_stats_kernel,
 )
+from pp3kernels.jit.launch import MAX_LOOPED_SLOTS, MAX_MEMBERSHIP_TILE, MAX_PAIRWISE_SLOTS
 from pp3kernels.runtime import is_interpreter
 from pp3kernels.validate import validate_chain_inputs
 
@@ -82,9 +83,6 @@ _NUM_WARPS = 4  # interpreter and small-vocabulary plans, and every finish launc
 # padded to at least 2. Padded entries are masked: they load nothing and weigh 0.
 _MIN_SPLIT_AXIS = 8
 _MIN_SLOT_AXIS = 2
-# The finish kernel checks q's support for duplicates pairwise up to this many padded slots
-# (jit/chain.py, _MAX_PAIRWISE_SLOTS): an [R, S_P2, S_P2] tile per request.
-_MAX_PAIRWISE_SLOTS = 16
 
 
 def _prev_power_of_2(n: int) -> int:
@@ -124,12 +122,14 @@ def _tile_elements_per_request(r: int, block_v: int, support: int, nsplit: int) 
 
     Phase 1: [R, block_v]. Phase 2: the partials [R, NSPLIT_P2]; sparse q's slots
     [R, S_P2] and, for S_P2 <= 16, the pairwise duplicate check [R, S_P2, S_P2]; the
-    support's chunk membership [S_P2, NSPLIT_P2]; the draw tiles [block_f = block_v].
+    support's chunk membership [S_P2, NSPLIT_P2] (or [S_P2], chunk by chunk, above
+    MAX_MEMBERSHIP_TILE); the draw tiles [block_f = block_v].
     """
     s_p2 = slot_axis(support)
-    pairwise = s_p2 if s_p2 <= _MAX_PAIRWISE_SLOTS else 1
+    pairwise = s_p2 if s_p2 <= MAX_PAIRWISE_SLOTS else 1
     n_p2 = split_axis(nsplit)
-    return max(r * block_v, r * n_p2, r * s_p2 * pairwise, s_p2 * n_p2)
+    membership = s_p2 * n_p2 if s_p2 * n_p2 <= MAX_MEMBERSHIP_TILE else s_p2
+    return max(r * block_v, r * n_p2, r * s_p2 * pairwise, membership)
 
 
 def plan_launch(
@@ -221,28 +221,6 @@ def verify_chain(
     status = torch.empty((batch,), dtype=torch.int8, device=device)
     if batch == 0:
         return ChainResult(tokens, accepted, status)
-    support = q_ids.shape[2] if q_dense is None and q_ids is not None else 1
-    if plan is None:
-        plan = plan_launch(
-            batch, rows, vocab, interpreter=is_interpreter() or not logits.is_cuda, support=support
-        )
-    nsplit_p2 = split_axis(plan.nsplit)
-    block_f = plan.block_f or plan.block_v
-    if plan.chunk % plan.block_v or plan.chunk % block_f:
-        raise ValueError(f"{plan}: chunk must be a multiple of block_v and block_f")
-    blocks = triton.cdiv(batch, plan.block_b)
-    # Phase 1 writes, phase 2 reads: per (request, row, chunk) max, sum, argmax and flags;
-    # both kernels take them, then (B, V, chunk, NSPLIT), in this order.
-    part_shape = (batch, rows, plan.nsplit)
-    partials = (
-        torch.empty(part_shape, dtype=torch.float32, device=device),
-        torch.empty(part_shape, dtype=torch.float32, device=device),
-        torch.empty(part_shape, dtype=torch.int32, device=device),
-        torch.empty(part_shape, dtype=torch.int32, device=device),
-    )
-    split = (batch, vocab, plan.chunk, plan.nsplit)
-    shape = {"K": k, "R": triton.next_power_of_2(rows), "BLOCK_B": plan.block_b}
-
     # K = 0 still needs a valid draft pointer: a [B, 1] column of NO_TOKEN, never read as a
     # draft (no row is a draft row) and standing in for the unused q pointers.
     if k > 0:
@@ -272,6 +250,34 @@ def verify_chain(
         qd, qd_strides = logits, (0, 0, 0)
         den = 1
 
+    if plan is None:
+        plan = plan_launch(
+            batch, rows, vocab, interpreter=is_interpreter() or not logits.is_cuda, support=support
+        )
+    nsplit_p2 = split_axis(plan.nsplit)
+    block_f = plan.block_f or plan.block_v
+    if plan.chunk % plan.block_v or plan.chunk % block_f:
+        raise ValueError(f"{plan}: chunk must be a multiple of block_v and block_f")
+    blocks = triton.cdiv(batch, plan.block_b)
+    # Phase 1 writes, phase 2 reads: per (request, row, chunk) max, sum, argmax and flags;
+    # both kernels take them, then (B, V, chunk, NSPLIT), in this order.
+    part_shape = (batch, rows, plan.nsplit)
+    partials = (
+        torch.empty(part_shape, dtype=torch.float32, device=device),
+        torch.empty(part_shape, dtype=torch.float32, device=device),
+        torch.empty(part_shape, dtype=torch.int32, device=device),
+        torch.empty(part_shape, dtype=torch.int32, device=device),
+    )
+    split = (batch, vocab, plan.chunk, plan.nsplit)
+    shape = {"K": k, "R": triton.next_power_of_2(rows), "BLOCK_B": plan.block_b}
+
+    # Sparse q past MAX_LOOPED_SLOTS slots draws through one row of block_f floats per
+    # request (jit/chain.py, _scatter_residuals); otherwise a placeholder pointer, never read.
+    if q_mode == Q_SPARSE and support > MAX_LOOPED_SLOTS:
+        scratch = torch.empty((blocks * plan.block_b, block_f), dtype=torch.float32, device=device)
+    else:
+        scratch = partials[1]
+
     _chain_stats_kernel[(blocks, plan.nsplit)](
         logits,
         *logits.stride(),
@@ -300,6 +306,7 @@ def verify_chain(
         accepted,
         status,
         *partials,
+        scratch,
         *split,
         float(den),
         **shape,

@@ -432,6 +432,19 @@ def test_split_plan_random_batch_equals_default_plan(
     assert int((split.accepted < 3).sum()) > 0  # some request stopped on a sampled row
 
 
+def test_split_plan_wide_support_in_every_chunk_equals_reference() -> None:
+    """A 600-token support over five chunks of 400 tokens: the finish kernel sums the
+    support's corrections chunk by chunk ([S_P2] tiles, S_P2 * NSPLIT_P2 > 4096) and applies
+    the residual to each drawn tile through the scratch row; same bits as the default plan
+    and the reference, and every request stops on a sampled row at least once."""
+    args = _make(batch=8, drafts=3, vocab=2000, seed=7, support=600, greedy_share=0.0)
+    split = _kernel(args, plan=_split_plan(nsplit=5, chunk_tiles=50))
+    _assert_same(split, _kernel(args), args)
+    _assert_same(split, _reference(args), args)
+    assert int((split.accepted < 3).sum()) == 8
+    assert bool((split.status == STATUS_OK).all())
+
+
 def test_split_plan_repeated_calls_give_the_same_bits() -> None:
     """Two calls with the split plan (no state kept between launches) give the same bits."""
     args = _split_sparse_case()
@@ -1182,12 +1195,13 @@ def test_interpreter_plan_is_one_split() -> None:
 # tiles broke Triton's 2^20-element limit in the interpreter before plan_launch counted the
 # q-slot tiles (the [R, S_P2, S_P2] duplicate check for S <= 16, [R, S_P2] beyond): S = 16
 # and S = 8 at batches the old plan put into one program, and the largest supported shape,
-# K = 15 with S = 4096 (all greedy there: the sampled walk over 4096 slots costs minutes in
-# the interpreter; its tiles are the [R, S_P2] ones checked here).
+# K = 15 with S = 4096, greedy and sampled (the draw applies a 4096-slot residual to a tile
+# in O(tile + S), through the scratch row).
 _NUMEL_CASES = [
     (1024, 5, 32, 16, 1024, 0.25),
     (4096, 5, 32, 8, 1024, 0.25),
     (32, 15, 4100, 4096, 1 << 16, 1.0),
+    (32, 15, 4100, 4096, 1 << 16, 0.0),
 ]
 
 

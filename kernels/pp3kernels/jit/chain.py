@@ -24,10 +24,12 @@ The stop row of each request is described to the draw helpers by two tuples:
 
     row = (logits_ptr, row_off, stride_lv, row_max, row_sum, inv_tau)
     q   = (qid_ptr, qcnt_ptr, q_row_off, stride_qs, qdense_ptr, qd_row_off, stride_qdv,
-           inv_denominator)
+           inv_denominator, scratch_ptr, scratch_off)
 
-(row_off, q_row_off, qd_row_off, row_max, row_sum, inv_tau: [BLOCK_B] tensors; the rest
-scalars). Triton inlines every helper, so the split costs nothing at run time.
+(row_off, q_row_off, qd_row_off, row_max, row_sum, inv_tau, scratch_off: [BLOCK_B] tensors;
+the rest scalars; scratch_off is the request's row of BLOCK_F floats in the scratch buffer,
+used by sparse q with more than MAX_LOOPED_SLOTS slots). Triton inlines every helper, so
+the split costs nothing at run time.
 """
 
 from __future__ import annotations
@@ -43,7 +45,13 @@ from pp3kernels.contract import (
     STATUS_OK,
     STATUS_POSINF,
 )
-from pp3kernels.jit.launch import Q_DENSE, Q_SPARSE
+from pp3kernels.jit.launch import (
+    MAX_LOOPED_SLOTS,
+    MAX_MEMBERSHIP_TILE,
+    MAX_PAIRWISE_SLOTS,
+    Q_DENSE,
+    Q_SPARSE,
+)
 from pp3kernels.jit.philox import acceptance_coin, sample_uniform
 
 _STATUS_OK = tl.constexpr(STATUS_OK)
@@ -91,9 +99,10 @@ _RESCAN_BELOW = tl.constexpr(2.0**-18)
 # 0-dimensional arrays can be converted to Python scalars"; triton-lang/triton#9171).
 # Masks cover the tail of the last chunk.
 
-# The in-kernel duplicate-support check compares every pair of slots ([.., S_P2, S_P2]
-# tiles): done for up to 16 slots, where it is cheap; host validation checks every S.
-_MAX_PAIRWISE_SLOTS = tl.constexpr(16)
+# Sparse q's methods by support size (jit/launch.py says which and why).
+_MAX_PAIRWISE_SLOTS = tl.constexpr(MAX_PAIRWISE_SLOTS)
+_MAX_LOOPED_SLOTS = tl.constexpr(MAX_LOOPED_SLOTS)
+_MAX_MEMBERSHIP_TILE = tl.constexpr(MAX_MEMBERSHIP_TILE)
 
 
 # --------------------------------------------------------------------------------------
@@ -421,20 +430,35 @@ def _accept_dense_q(q_dense, offs_b64, rows, draft, proposed, coin, p_x, bad):
 
 
 @triton.jit
-def _row_weights(row, q, resid, offs_v, mask_v, Q_MODE: tl.constexpr, S: tl.constexpr):
-    """Residual weights r_v of one [BLOCK_B, BLOCK_F] tile, in units of e_v = exp((l_v - m)/tau).
+def _row_weights(
+    row,
+    q,
+    resid,
+    tile_start,
+    offs_v,
+    mask_v,
+    Q_MODE: tl.constexpr,
+    S: tl.constexpr,
+    S_P2: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+):
+    """Residual weights r_v of one [BLOCK_B, BLOCK_F] tile (ids ``offs_v``, starting at
+    ``tile_start``), in units of e_v = exp((l_v - m)/tau).
 
     r_v = max(e_v - q_v s, 0) where the request is in residual mode (``resid``: its stop row
     rejected a draft) and v is in q's support (sparse, q_v = count / C) or anywhere (dense);
-    r_v = e_v otherwise. Masked lanes weigh 0.
+    r_v = e_v otherwise. Masked lanes weigh 0. Sparse q costs S passes over the tile up to
+    MAX_LOOPED_SLOTS slots, and O(BLOCK_F + S) above (``_scatter_residuals``).
     """
     logits_ptr, row_off, stride_lv, row_max, row_sum, inv_tau = row
-    qid_ptr, qcnt_ptr, q_row_off, stride_qs, qdense_ptr, qd_row_off, stride_qdv, inv_den = q
+    qid_ptr, qcnt_ptr, q_row_off, stride_qs, qdense_ptr, qd_row_off, stride_qdv, inv_den, _, _ = q
     ptrs = logits_ptr + row_off[:, None] + offs_v.to(tl.int64) * stride_lv
     logit = tl.load(ptrs, mask=mask_v, other=float("-inf")).to(tl.float32)
     e = tl.exp((logit - row_max[:, None]) * inv_tau[:, None])
     e = tl.where(mask_v, e, 0.0)
-    if Q_MODE == _Q_SPARSE:
+    if Q_MODE == _Q_SPARSE and S > _MAX_LOOPED_SLOTS:
+        e = _scatter_residuals(e, q, resid, tile_start, row_sum, S, S_P2, BLOCK_F)
+    elif Q_MODE == _Q_SPARSE:
         for s in range(S):
             sid = tl.load(qid_ptr + q_row_off + s * stride_qs, mask=resid, other=_NO_TOKEN)
             cnt = tl.load(qcnt_ptr + q_row_off + s * stride_qs, mask=resid, other=0)
@@ -449,6 +473,39 @@ def _row_weights(row, q, resid, offs_v, mask_v, Q_MODE: tl.constexpr, S: tl.cons
 
 
 @triton.jit
+def _scatter_residuals(
+    e, q, resid, tile_start, row_sum, S: tl.constexpr, S_P2: tl.constexpr, BLOCK_F: tl.constexpr
+):
+    """The tile e with r_s = max(e_s - q_s s, 0) in place of e_s at every support id s of q
+    that falls in it (rows where ``resid``), q_s = count / C: the same values as the
+    slot-by-slot loop of ``_row_weights``, in O(BLOCK_F + S) instead of O(BLOCK_F S).
+
+    Through the request's scratch row: store the tile, gather the support's e_s, scatter
+    their r_s, load the tile back, with a barrier between the steps (the program's threads
+    exchange values through global memory). Support ids are distinct (validated; for
+    unvalidated q with duplicate ids one of the writes wins, where the loop would apply both).
+    """
+    qid_ptr, qcnt_ptr, q_row_off, stride_qs, _qd, _qd_off, _qd_stride, inv_den, scr, scr_off = q
+    tile_ptrs = scr + scr_off[:, None] + tl.arange(0, BLOCK_F)[None, :]
+    tl.debug_barrier()  # every thread is done with the scratch row's previous tile
+    tl.store(tile_ptrs, e)
+    slots = tl.arange(0, S_P2)
+    smask = resid[:, None] & (slots < S)[None, :]
+    sidx = q_row_off[:, None] + slots[None, :] * stride_qs
+    s_id = tl.load(qid_ptr + sidx, mask=smask, other=_NO_TOKEN)
+    s_cnt = tl.load(qcnt_ptr + sidx, mask=smask, other=0)
+    s_pos = s_id - tile_start[:, None]
+    hit = smask & (s_cnt > 0) & (s_pos >= 0) & (s_pos < BLOCK_F)
+    s_ptrs = scr + scr_off[:, None] + s_pos
+    tl.debug_barrier()  # the tile is stored
+    e_s = tl.load(s_ptrs, mask=hit, other=0.0)
+    q_scaled = s_cnt.to(tl.float32) * inv_den * row_sum[:, None]
+    tl.store(s_ptrs, tl.maximum(e_s - q_scaled, 0.0), mask=hit)
+    tl.debug_barrier()  # the residuals are stored
+    return tl.load(tile_ptrs)
+
+
+@triton.jit
 def _chunk_walk(
     row,
     q,
@@ -460,6 +517,7 @@ def _chunk_walk(
     target,
     Q_MODE: tl.constexpr,
     S: tl.constexpr,
+    S_P2: tl.constexpr,
     BLOCK_B: tl.constexpr,
     BLOCK_F: tl.constexpr,
 ):
@@ -481,7 +539,7 @@ def _chunk_walk(
     for v0 in range(0, CHUNK, BLOCK_F):
         offs_v = chunk_start[:, None] + v0 + lane[None, :]
         mask_v = (offs_v < chunk_end[:, None]) & live[:, None]
-        w = _row_weights(row, q, resid, offs_v, mask_v, Q_MODE, S)
+        w = _row_weights(row, q, resid, chunk_start + v0, offs_v, mask_v, Q_MODE, S, S_P2, BLOCK_F)
         tile_total = tl.sum(w.to(tl.float64), axis=1)
         after = carry + tile_total
         crossing = (hit_tile < 0) & (after > target) & (tile_total > 0.0)
@@ -507,6 +565,7 @@ def _tile_pick(
     before,
     Q_MODE: tl.constexpr,
     S: tl.constexpr,
+    S_P2: tl.constexpr,
     BLOCK_F: tl.constexpr,
 ):
     """The first id v in [tile_start, tile_end) whose running sum before + sum_{w <= v} r_w
@@ -515,7 +574,7 @@ def _tile_pick(
     tile is -1 (no positive weight in the chunk) or the row is not ``live``."""
     offs_v = tile_start[:, None] + tl.arange(0, BLOCK_F)[None, :]
     mask_v = (offs_v < tile_end[:, None]) & ((tile_start >= 0) & live)[:, None]
-    w = _row_weights(row, q, resid, offs_v, mask_v, Q_MODE, S)
+    w = _row_weights(row, q, resid, tile_start, offs_v, mask_v, Q_MODE, S, S_P2, BLOCK_F)
     running = before[:, None] + tl.cumsum(w.to(tl.float64), axis=1)
     first = tl.min(tl.where((running > target[:, None]) & mask_v, offs_v, _BIG_INDEX), axis=1)
     last_positive = tl.max(tl.where((w > 0.0) & mask_v, offs_v, -1), axis=1)
@@ -548,6 +607,8 @@ def _support_corrections(
     NSPLIT,
     S: tl.constexpr,
     S_P2: tl.constexpr,
+    NSPLIT_P2: tl.constexpr,
+    BLOCK_B: tl.constexpr,
 ):
     """Sparse q: (mass, rescan) per chunk of the stop row.
 
@@ -558,7 +619,7 @@ def _support_corrections(
     chunk of a one-chunk row, where a rescan is as cheap as the correction is inexact.
     """
     logits_ptr, stop_off, stride_lv, stop_max, stop_sum, inv_tau = row
-    qid_ptr, qcnt_ptr, q_stop, stride_qs, _qdense_ptr, _qd_stop, _stride_qdv, inv_den = q
+    qid_ptr, qcnt_ptr, q_stop, stride_qs, _qdense_ptr, _qd_stop, _stride_qdv, inv_den, _, _ = q
     slots = tl.arange(0, S_P2)
     sidx = q_stop[:, None] + slots[None, :] * stride_qs
     smask = resid[:, None] & (slots < S)[None, :]
@@ -573,9 +634,20 @@ def _support_corrections(
     s_e = tl.where(s_ok, tl.exp((s_logit - stop_max[:, None]) * inv_tau[:, None]), 0.0)
     s_r = tl.maximum(s_e - s_cnt.to(tl.float32) * inv_den * stop_sum[:, None], 0.0)
     s_r = tl.where(s_ok, s_r, 0.0)
-    in_c = s_ok[:, :, None] & ((s_id // chunk)[:, :, None] == splits[None, None, :])
-    sup_e = tl.sum(tl.where(in_c, s_e[:, :, None], 0.0).to(tl.float64), axis=1)
-    sup_r = tl.sum(tl.where(in_c, s_r[:, :, None], 0.0).to(tl.float64), axis=1)
+    s_chunk = tl.where(s_ok, s_id // chunk, -1)
+    if S_P2 * NSPLIT_P2 <= _MAX_MEMBERSHIP_TILE:  # one [S_P2, NSPLIT_P2] membership tile
+        in_c = s_chunk[:, :, None] == splits[None, None, :]
+        sup_e = tl.sum(tl.where(in_c, s_e[:, :, None], 0.0).to(tl.float64), axis=1)
+        sup_r = tl.sum(tl.where(in_c, s_r[:, :, None], 0.0).to(tl.float64), axis=1)
+    else:  # chunk by chunk, one [S_P2] tile each
+        sup_e = tl.zeros([BLOCK_B, NSPLIT_P2], dtype=tl.float64)
+        sup_r = tl.zeros([BLOCK_B, NSPLIT_P2], dtype=tl.float64)
+        for c in range(NSPLIT_P2):
+            in_c = s_chunk == c
+            col_e = tl.sum(tl.where(in_c, s_e, 0.0).to(tl.float64), axis=1)
+            col_r = tl.sum(tl.where(in_c, s_r, 0.0).to(tl.float64), axis=1)
+            sup_e = tl.where(splits[None, :] == c, col_e[:, None], sup_e)
+            sup_r = tl.where(splits[None, :] == c, col_r[:, None], sup_r)
     dirty = sup_e > 0.0
     remainder = full_mass - sup_e
     mass = tl.where(dirty, tl.maximum(remainder, 0.0) + sup_r, full_mass)
@@ -596,6 +668,7 @@ def _rescan_chunks(
     NSPLIT_P2: tl.constexpr,
     Q_MODE: tl.constexpr,
     S: tl.constexpr,
+    S_P2: tl.constexpr,
     BLOCK_B: tl.constexpr,
     BLOCK_F: tl.constexpr,
 ):
@@ -616,6 +689,7 @@ def _rescan_chunks(
                     tl.full([BLOCK_B], float("inf"), tl.float64),
                     Q_MODE,
                     S,
+                    S_P2,
                     BLOCK_B,
                     BLOCK_F,
                 )
@@ -673,16 +747,31 @@ def _draw_in_chunk(
     V,
     Q_MODE: tl.constexpr,
     S: tl.constexpr,
+    S_P2: tl.constexpr,
     BLOCK_B: tl.constexpr,
     BLOCK_F: tl.constexpr,
 ):
     """The token of chunk ``pick`` at which the running sum of r_v exceeds ``inner``: the
     tile by its tile sums (``_chunk_walk``), then the token inside it (``_tile_pick``)."""
     _total, tile, before = _chunk_walk(
-        row, q, resid, need_sample, pick * chunk, chunk, V, inner, Q_MODE, S, BLOCK_B, BLOCK_F
+        row,
+        q,
+        resid,
+        need_sample,
+        pick * chunk,
+        chunk,
+        V,
+        inner,
+        Q_MODE,
+        S,
+        S_P2,
+        BLOCK_B,
+        BLOCK_F,
     )
     tile_end = tl.minimum(tl.minimum(tile + BLOCK_F, pick * chunk + chunk), V)
-    return _tile_pick(row, q, resid, need_sample, tile, tile_end, inner, before, Q_MODE, S, BLOCK_F)
+    return _tile_pick(
+        row, q, resid, need_sample, tile, tile_end, inner, before, Q_MODE, S, S_P2, BLOCK_F
+    )
 
 
 @triton.jit(do_not_specialize=["NSPLIT"])
@@ -713,6 +802,7 @@ def chain_finish_kernel(
     part_sum_ptr,
     part_arg_ptr,
     part_flag_ptr,
+    scratch_ptr,
     B,
     V,
     CHUNK: tl.constexpr,
@@ -836,12 +926,24 @@ def chain_finish_kernel(
         q_stop = offs_b64 * stride_qb + stop_row.to(tl.int64) * stride_qk
         qd_stop = offs_b64 * stride_qdb + stop_row.to(tl.int64) * stride_qdk
         row = (logits_ptr, stop_off, stride_lv, stop_max, stop_sum, inv_tau)
-        q = (qid_ptr, qcnt_ptr, q_stop, stride_qs, qdense_ptr, qd_stop, stride_qdv, inv_denominator)
+        scratch_off = (pid_b * BLOCK_B + tl.arange(0, BLOCK_B)).to(tl.int64) * BLOCK_F
+        q = (
+            qid_ptr,
+            qcnt_ptr,
+            q_stop,
+            stride_qs,
+            qdense_ptr,
+            qd_stop,
+            stride_qdv,
+            inv_denominator,
+            scratch_ptr,
+            scratch_off,
+        )
         full_mass = _chunk_masses(p_max, p_sum, at_stop, stop_max, inv_tau)
         mass = full_mass
         if Q_MODE == _Q_SPARSE:
             mass, rescan = _support_corrections(
-                row, q, resid, full_mass, splits, CHUNK, V, NSPLIT, S, S_P2
+                row, q, resid, full_mass, splits, CHUNK, V, NSPLIT, S, S_P2, NSPLIT_P2, BLOCK_B
             )
         elif Q_MODE == _Q_DENSE:
             # Dense q changes every weight of a rejected row: every CHUNK is rescanned.
@@ -849,7 +951,20 @@ def chain_finish_kernel(
         else:
             rescan = tl.zeros([BLOCK_B, NSPLIT_P2], dtype=tl.int1)
         mass = _rescan_chunks(
-            row, q, resid, rescan, mass, splits, CHUNK, V, NSPLIT_P2, Q_MODE, S, BLOCK_B, BLOCK_F
+            row,
+            q,
+            resid,
+            rescan,
+            mass,
+            splits,
+            CHUNK,
+            V,
+            NSPLIT_P2,
+            Q_MODE,
+            S,
+            S_P2,
+            BLOCK_B,
+            BLOCK_F,
         )
         pick, inner, resid = _pick_chunk(
             mass,
@@ -864,7 +979,7 @@ def chain_finish_kernel(
             NSPLIT_P2,
         )
         chosen = _draw_in_chunk(
-            row, q, resid, need_sample, pick, inner, CHUNK, V, Q_MODE, S, BLOCK_B, BLOCK_F
+            row, q, resid, need_sample, pick, inner, CHUNK, V, Q_MODE, S, S_P2, BLOCK_B, BLOCK_F
         )
         final = tl.where(need_sample, chosen, final)
 

@@ -17,6 +17,19 @@ Q_NONE = 0
 Q_SPARSE = 1
 Q_DENSE = 2
 
+# Sizes of sparse q's support at which the finish kernel changes method; the plans size their
+# tiles by them too (``pp3kernels.selector``):
+# - the duplicate-support check compares every pair of slots ([R, S_P2, S_P2] per request)
+#   up to this many padded slots, where it is cheap; host validation checks every S;
+MAX_PAIRWISE_SLOTS = 16
+# - the draw applies a rejected draft's residual to a tile slot by slot (S passes over the
+#   tile) up to this many slots, and above it through the request's scratch row (one store
+#   of the tile, a gather and a scatter of the S support entries, one load back);
+MAX_LOOPED_SLOTS = 4
+# - the support's chunk membership is one [S_P2, NSPLIT_P2] tile per request up to this many
+#   elements, and a loop over the chunks with one [S_P2] tile above.
+MAX_MEMBERSHIP_TILE = 4096
+
 
 class Launchable(Protocol):
     """A Triton kernel as the host sees it: ``kernel[grid]`` is the launcher for that grid.
