@@ -198,6 +198,10 @@ def verify_chain(
     violation raises ``SelectorInputError``; pass ``validate=False`` inside a CUDA graph,
     where a violating row reports STATUS_BAD_DRAFT instead and nothing is read out of bounds.
     Returns ChainResult(tokens [B, K+1] int32, accepted [B] int32, status [B] int8).
+
+    Extra device memory besides the outputs: the partials (16 bytes per row and vocabulary
+    chunk) and, for sparse q of more than 4 slots, one scratch row of block_f fp32 per
+    request (4 KiB on the GPU plans) that the draw writes its residual tiles through.
     """
     if validate:
         validate_chain_inputs(
