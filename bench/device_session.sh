@@ -6,6 +6,9 @@
 # each stage's ARGS (the words up to the next "then") go to its command:
 #   tests    pytest -m gpu ARGS in the background, beside the next stages
 #   pytest   pytest -m gpu ARGS in the foreground (e.g. -k some_test)
+#   gate     pytest -m gpu ARGS in the foreground; the call stops here if they fail (so that
+#            no receipt of the later stages comes from code that failed its GPU tests)
+#   wait     wait for the background tests (before a timing stage)
 #   qualify  pp3 qualify --profile strict ARGS
 #   peer     pp3 qualify --profile strict ARGS with the call's remaining time (a peer's
 #            sampler, e.g. --verifier vllm-mrv2 --overlay .overlay/vllm-0.33.0, or
@@ -56,6 +59,15 @@ while [ $# -gt 0 ]; do
       timeout 420 python3 -m pytest -q -m gpu tests -p no:cacheprovider "${args[@]}" 2>&1 \
         | tee "$OUT/pytest_fg.log" | tail -40 | tee -a "$log"
       say "pytest exit ${PIPESTATUS[0]}" ;;
+    gate)
+      timeout 300 python3 -m pytest -q -m gpu tests -p no:cacheprovider "${args[@]}" 2>&1 \
+        | tee "$OUT/pytest_gate.log" | tail -20 | tee -a "$log"
+      gate_rc=${PIPESTATUS[0]}
+      say "gate exit $gate_rc"
+      [ "$gate_rc" = 0 ] || { say "gate failed: stopping"; exit 1; } ;;
+    wait)
+      if [ -n "$tests_pid" ]; then wait "$tests_pid"; tests_pid=; say "tests done"; fi
+      tail -5 "$OUT/pytest_gpu.log" 2>/dev/null | tee -a "$log" ;;
     qualify)
       timeout 400 python3 -m pp3cli qualify --profile strict "${args[@]}" 2>&1 | tail -60 | tee -a "$log"
       say "qualify exit ${PIPESTATUS[0]}" ;;

@@ -57,7 +57,8 @@ _INTERP_MAX_BLOCK_B = 8192  # requests per program
 # masses, support corrections, exact rescans, cross-split ties) at a cost close to one split.
 _INTERP_CHUNK = 8192
 # GPU, small vocabularies (qualification targets, V <= 1024): one request per program and
-# one split of _SMALL_VOCAB tokens; tiles of at least 16 lanes.
+# one split, the row padded to a power of two of at least 16 lanes, which is also the draw's
+# one tile (a V = 8 row draws from 16 lanes, not 1024).
 _SMALL_VOCAB = 1024
 _SMALL_MIN_BLOCK_V = 16
 # GPU, large vocabularies; measured on the H200 at V = 129280 (bench/NOTES.md): chunks of
@@ -163,7 +164,7 @@ def plan_launch(
         return LaunchPlan(block_b, block_v, nsplit, chunk, _NUM_WARPS, block_v)
     if vocab <= _SMALL_VOCAB:
         block_v = max(_SMALL_MIN_BLOCK_V, triton.next_power_of_2(vocab))
-        return LaunchPlan(1, block_v, 1, _SMALL_VOCAB, _NUM_WARPS, _DRAW_TILE)
+        return LaunchPlan(1, block_v, 1, block_v, _NUM_WARPS, block_v)
     if batch >= _LARGE_BATCH:
         tile, warps = _TILE_ELEMENTS_LARGE_BATCH, _NUM_WARPS_LARGE_BATCH
     else:

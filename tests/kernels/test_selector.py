@@ -1183,6 +1183,19 @@ def test_interpreter_splits_large_vocabularies_like_the_gpu() -> None:
         _assert_same(_kernel(args), _reference(args), args)
 
 
+@pytest.mark.parametrize(
+    ("vocab", "q", "support"), [(1, "point", 1), (37, "dense", 4), (300, "sparse", 256)], ids=str
+)
+def test_gpu_small_vocabulary_plans_agree_with_reference(vocab: int, q: str, support: int) -> None:
+    """The GPU's small-vocabulary plan (one request per program, the row padded to at least
+    16 lanes as one split and one draw tile), run in the interpreter: same bits as the
+    reference, the scratch-row draw of a 256-slot support included."""
+    args = _make(batch=24, drafts=3, vocab=vocab, seed=vocab + 5, q=q, support=support)
+    plan = plan_launch(24, 4, vocab, interpreter=False, support=support)
+    assert plan.nsplit == 1 and plan.chunk == plan.block_v == plan.block_f >= 16
+    _assert_same(_kernel(args, plan=plan), _reference(args), args)
+
+
 def test_interpreter_plan_is_one_split() -> None:
     """The plans the tests above rely on: one split, up to 8192 requests per program."""
     plan = plan_launch(20_000, 3, 6, interpreter=True)
@@ -1236,7 +1249,8 @@ PINNED_PLANS: dict[tuple[int, int, int, bool], tuple[int, int, int, int, int, in
     (4, 1, 129_280, False): (1, 2048, 64, 2048, 8, 1024),
     (4, 33, 129_280, False): (1, 64, 64, 2048, 8, 1024),
     (4, 6, 1000, False): (1, 1024, 1, 1024, 4, 1024),
-    (4, 6, 5, False): (1, 16, 1, 1024, 4, 1024),
+    (4, 6, 5, False): (1, 16, 1, 16, 4, 16),
+    (4, 6, 300, False): (1, 512, 1, 512, 4, 512),
     (4, 6, 1025, False): (1, 256, 1, 2048, 8, 1024),
     (4, 6, 600_000, False): (1, 256, 196, 3072, 8, 1024),
     (4, 6, 2_000_000, False): (1, 256, 245, 8192, 8, 1024),

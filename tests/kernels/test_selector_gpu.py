@@ -189,21 +189,30 @@ def _compare_with_reference(
 
 
 def _assert_agreement(
-    *, batch: int, drafts: int, q: str, requests: int, seed: int, support: int = 4
+    *,
+    batch: int,
+    drafts: int,
+    q: str,
+    requests: int,
+    seed: int,
+    support: int = 4,
+    vocab: int = VOCAB,
 ) -> None:
-    """``_compare_with_reference`` at V = 129280; every T1 disagreement within rounding."""
+    """``_compare_with_reference`` (V = 129280 unless given); every T1 disagreement within
+    rounding."""
     t1_rows, mismatches, distances = _compare_with_reference(
         batch=batch,
         drafts=drafts,
         q=q,
         requests=requests,
-        vocab=VOCAB,
+        vocab=vocab,
         device=DEVICE,
         seed=seed,
         support=support,
     )
     rate = 1.0 - len(mismatches) / max(t1_rows, 1)
-    print(f"B={batch} K={drafts} q={q} S={support}: T1 agreement {rate:.6f} over {t1_rows} rows")
+    case = f"B={batch} K={drafts} V={vocab} q={q} S={support}"
+    print(f"{case}: T1 agreement {rate:.6f} over {t1_rows} rows")
     for line, (kind, distance) in zip(mismatches, distances, strict=True):
         print(f"  mismatch ({kind}, distance {distance:.3g}):", line)
     assert t1_rows > 0
@@ -243,6 +252,26 @@ def test_wide_support_agrees_with_reference_at_full_vocabulary(batch: int, suppo
     1024 mixed requests per case, the same agreement rule as above."""
     _assert_agreement(
         batch=batch, drafts=5, q="sparse", requests=1024, seed=7 * support + batch, support=support
+    )
+
+
+@pytest.mark.parametrize(
+    ("vocab", "q", "support"),
+    [
+        (1, "point", 1),
+        (5, "sparse", 4),
+        (37, "dense", 4),
+        (300, "sparse", 256),
+        (1000, "sparse", 8),
+    ],
+    ids=str,
+)
+def test_small_vocabularies_agree_with_reference(vocab: int, q: str, support: int) -> None:
+    """The small-vocabulary plan (V <= 1024: one split, the row padded to 16 lanes or more,
+    which is also the draw's tile), 512 mixed requests per case, K = 3, launched 64 at a
+    time; S = 256 at V = 300 is the qualification's ``wide_support`` shape."""
+    _assert_agreement(
+        batch=64, drafts=3, q=q, requests=512, seed=vocab + support, support=support, vocab=vocab
     )
 
 
