@@ -334,11 +334,10 @@ def qualify_command(
     if pair_with is not None and pair_with == verifier:
         raise UsageProblem(f"--pair-with {pair_with}: expected a verifier other than --verifier")
 
-    resolved: list[ResolvedVerifier] = []
-
-    def precheck(cuda: bool) -> None:
-        """Before the guard creates anything: exit 3 when a verifier cannot run here, and
-        resolve both verifiers (a bad MODULE:FUNCTION is exit 2, one that won't import 3)."""
+    def resolve(cuda: bool) -> tuple[ResolvedVerifier, ResolvedVerifier | None]:
+        """The guard's precheck, before it creates anything: exit 3 when a verifier cannot
+        run here, then (verifier, pair_with or None) resolved (a bad MODULE:FUNCTION is
+        exit 2, one that won't import 3)."""
         from pp3cli.run.scratch import repo_root
         from pp3cli.verifiers.overlay import default_overlay_candidates
         from pp3cli.verifiers.registry import resolve_spec
@@ -361,13 +360,14 @@ def qualify_command(
                     raise EnvironmentProblem(blocker)
         root = repo_root()
         candidates = default_overlay_candidates(settings.scratch)
-        for spec in (verifier, pair_with):
-            if spec is not None:
-                resolved.append(
-                    resolve_spec(
-                        spec, root=root, overlay_dir=overlay, overlay_candidates=candidates
-                    )
-                )
+
+        def one(spec: str) -> ResolvedVerifier:
+            return resolve_spec(spec, root=root, overlay_dir=overlay, overlay_candidates=candidates)
+
+        return one(verifier), None if pair_with is None else one(pair_with)
+
+    # What resolve returned when the guard ran it, for work (the guard discards the result).
+    resolved: list[tuple[ResolvedVerifier, ResolvedVerifier | None]] = []
 
     def work(record: GuardRecord) -> Finding | None:
         """The guarded work: pick the profile for this machine, run, and shape the receipt."""
@@ -378,8 +378,7 @@ def qualify_command(
         from pp3cli.wire.proxy import ProxyDraftTransport
 
         cuda = record.cuda_available
-        judged = resolved[0]
-        partner = resolved[1] if pair_with is not None else None
+        [(judged, partner)] = resolved
         chosen: Profile = PROFILES[profile or ("strict" if cuda else "seed")]
         controls = planted_defect_controls()
         device = "cuda" if cuda else "cpu"
@@ -457,7 +456,7 @@ def qualify_command(
         work,
         kind="qualification",
         require_gpu=False,
-        precheck=precheck,
+        precheck=lambda cuda: resolved.append(resolve(cuda)),
         device=device,
     )
 

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pp3cli.evidence.profiles import CAPPED_REPEATS, MIN_EXPECTED, Profile
+from pp3cli.evidence.profiles import MIN_EXPECTED, Profile
 from pp3cli.evidence.stats import MemberResult, g_test_homogeneity
 from pp3cli.evidence.targets import ToyTarget
 from pp3kernels import ChainInputs, ChainResult, ChainVerifier, point_mass_q
@@ -194,19 +194,21 @@ def pair_sampled(
 ) -> list[HomogeneityRecord]:
     """Both verifiers on the family's inputs: each target's requests (``n``, or its cap
     under ``profile``) in the family's calls, q in the target's form."""
-    from pp3cli.evidence.qualify import as_target_form, call_size, target_inputs
+    from pp3cli.evidence.qualify import target_calls
 
     records = []
     for target_index, target in enumerate(targets):
         totals: list[dict[str, np.ndarray]] = [{}, {}]
-        requests = target.requests(profile.name, n)
-        repeats = CAPPED_REPEATS if target.capped else profile.repeats
-        size = call_size(requests, profile.batch, repeats)
-        for start in range(0, requests, size):
-            stop = min(requests, start + size)
-            index = torch.arange(start, stop, dtype=torch.int64, device=device)
-            inputs = target_inputs(target, index, seed=seed, target_index=target_index)
-            inputs = as_target_form(target, inputs)
+        for inputs in target_calls(
+            target,
+            target_index,
+            n,
+            device=device,
+            seed=seed,
+            profile=profile,
+            task=f"paired {target.name}",
+            progress=progress,
+        ):
             for side, verifier in enumerate((first, second)):
                 counts = sampled_histograms(target, inputs.verify_with(verifier))
                 for key, values in counts.items():
@@ -214,7 +216,5 @@ def pair_sampled(
                     totals[side][name] = (
                         totals[side][name] + values if name in totals[side] else values
                     )
-            if progress is not None:
-                progress(f"paired {target.name}", stop, requests)
         records.extend(homogeneity_tests(totals[0], totals[1]))
     return records

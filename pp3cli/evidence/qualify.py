@@ -17,7 +17,7 @@ Design (docs/method.md "Targets", docs/qualify.md):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, Protocol
 
@@ -155,6 +155,49 @@ def as_target_form(target: ToyTarget, inputs: ChainInputs) -> ChainInputs:
     dense = torch.zeros(batch, target.k, target.vocab, dtype=torch.float32, device=ids.device)
     dense.scatter_add_(-1, ids.clamp(min=0), torch.where(ids >= 0, weights, 0.0))
     return replace(inputs, q_ids=None, q_counts=None, denominator=None, q_dense=dense)
+
+
+def target_calls(
+    target: ToyTarget,
+    target_index: int,
+    n: int,
+    *,
+    device: torch.device,
+    seed: int,
+    profile: Profile,
+    share: RankShare | None = None,
+    transport: DraftTransport | None = None,
+    task: str,
+    progress: Progress | None = None,
+) -> Iterator[ChainInputs]:
+    """The inputs of each verifier call on one target, in request order: its requests
+    (``n``, or its cap under ``profile``) in calls of ``call_size``, through ``transport``
+    when given, q in the target's form.
+
+    With ``share``, only that rank's calls. ``progress(task, done, total)`` follows each call,
+    once the caller asks for the next one (or ends the loop).
+    """
+    requests = target.requests(profile.name, n)
+    repeats = CAPPED_REPEATS if target.capped else profile.repeats
+    size = call_size(requests, profile.batch, repeats)
+    calls = math.ceil(requests / size)
+    starts = [  # distributed: this rank's calls only (pp3cli.evidence.shares)
+        start
+        for start in range(0, requests, size)
+        if share is None or share.owns_call(target_index, start // size, calls)
+    ]
+    total = sum(min(requests, start + size) - start for start in starts)
+    done = 0
+    for start in starts:
+        stop = min(requests, start + size)
+        index = torch.arange(start, stop, dtype=torch.int64, device=device)
+        inputs = target_inputs(target, index, seed=seed, target_index=target_index)
+        if transport is not None:
+            inputs = transport(inputs, index, target_index, target.vocab)
+        yield as_target_form(target, inputs)
+        done += stop - start
+        if progress is not None:
+            progress(task, done, total)
 
 
 # ---------------------------------------------------------------------------- greedy
@@ -395,30 +438,21 @@ class Battery:
     ) -> dict[str, np.ndarray]:
         """Run ``n`` requests of one target through ``verifier``; counts per member."""
         target = self.targets[target_index]
-        n = target.requests(self.profile.name, self.n)
-        repeats = CAPPED_REPEATS if target.capped else self.profile.repeats
-        size = call_size(n, self.profile.batch, repeats)
         totals: dict[str, np.ndarray] = {}
-        calls = math.ceil(n / size)
-        starts = [  # distributed: this rank's calls only (pp3cli.evidence.shares)
-            start
-            for start in range(0, n, size)
-            if self.share is None or self.share.owns_call(target_index, start // size, calls)
-        ]
-        total = sum(min(n, start + size) - start for start in starts)
-        done = 0
-        for start in starts:
-            stop = min(n, start + size)
-            index = torch.arange(start, stop, dtype=torch.int64, device=self.device)
-            inputs = target_inputs(target, index, seed=self.seed, target_index=target_index)
-            if transport is not None:
-                inputs = transport(inputs, index, target_index, target.vocab)
-            inputs = as_target_form(target, inputs)
+        for inputs in target_calls(
+            target,
+            target_index,
+            self.n,
+            device=self.device,
+            seed=self.seed,
+            profile=self.profile,
+            share=self.share,
+            transport=transport,
+            task=target.name,
+            progress=progress,
+        ):
             for name, values in count_members(target, inputs.verify_with(verifier)).items():
                 totals[name] = totals[name] + values if name in totals else values
-            done += stop - start
-            if progress is not None:
-                progress(target.name, done, total)
         return totals
 
     def family(

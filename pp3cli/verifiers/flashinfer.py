@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pp3cli.run.errors import EnvironmentProblem
-from pp3cli.verifiers.slices import in_slices
+from pp3cli.verifiers.slices import InputsVerifier, in_slices
 from pp3kernels import STATUS_OK, ChainInputs, ChainResult, ChainVerifier
 
 if TYPE_CHECKING:
@@ -123,80 +123,44 @@ def flashinfer_arguments(
 SLICE_ELEMENTS = 1 << 27
 
 
-class FlashInferVerifier:
+class FlashInferVerifier(InputsVerifier):
     """FlashInfer's ``chain_speculative_sampling`` (or a stand-in with its signature)."""
 
     def __init__(self, chain_speculative_sampling: Callable[..., Any]) -> None:
         self.chain_speculative_sampling = chain_speculative_sampling
 
-    def __call__(
-        self,
-        logits: Tensor,
-        draft_tokens: Tensor,
-        temperature: Tensor,
-        seed: Tensor,
-        position: Tensor,
-        *,
-        q_ids: Tensor | None = None,
-        q_counts: Tensor | None = None,
-        denominator: int | None = None,
-        q_dense: Tensor | None = None,
-    ) -> ChainResult:
+    def verify(self, inputs: ChainInputs) -> ChainResult:
         """Map pp3's inputs (module docstring), call FlashInfer on slices of at most
         ``SLICE_ELEMENTS`` target elements, map its outputs back in request order."""
-
-        inputs = ChainInputs(
-            logits,
-            draft_tokens,
-            temperature,
-            seed,
-            position,
-            q_ids=q_ids,
-            q_counts=q_counts,
-            denominator=denominator,
-            q_dense=q_dense,
-        )
-        _batch, rows, vocab = (int(size) for size in logits.shape)
+        _batch, rows, vocab = (int(size) for size in inputs.logits.shape)
         return in_slices(
             inputs,
-            lambda part: part.verify_with(self._call),
+            self._call,
             elements_per_request=rows * (vocab + 1),
             budget=SLICE_ELEMENTS,
         )
 
-    def _call(
-        self,
-        logits: Tensor,
-        draft_tokens: Tensor,
-        temperature: Tensor,
-        seed: Tensor,
-        position: Tensor,
-        *,
-        q_ids: Tensor | None = None,
-        q_counts: Tensor | None = None,
-        denominator: int | None = None,
-        q_dense: Tensor | None = None,
-    ) -> ChainResult:
+    def _call(self, inputs: ChainInputs) -> ChainResult:
         """One FlashInfer call on the whole of its inputs."""
         import torch
 
         draft, proposals, target = flashinfer_arguments(
-            logits,
-            draft_tokens,
-            temperature,
-            q_ids=q_ids,
-            q_counts=q_counts,
-            denominator=denominator,
-            q_dense=q_dense,
+            inputs.logits,
+            inputs.draft_tokens,
+            inputs.temperature,
+            q_ids=inputs.q_ids,
+            q_counts=inputs.q_counts,
+            denominator=inputs.denominator,
+            q_dense=inputs.q_dense,
         )
-        device = logits.device
+        device = inputs.logits.device
         tokens, _independent, emitted = self.chain_speculative_sampling(
             draft,
             proposals,
             target,
             deterministic=True,
-            seed=seed.to(device=device, dtype=torch.int64).contiguous(),
-            offset=position.to(device=device, dtype=torch.int64).contiguous(),
+            seed=inputs.seed.to(device=device, dtype=torch.int64).contiguous(),
+            offset=inputs.position.to(device=device, dtype=torch.int64).contiguous(),
         )
         accepted = emitted.to(torch.int32)
         status = torch.full_like(accepted, STATUS_OK, dtype=torch.int8)

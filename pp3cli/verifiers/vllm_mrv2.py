@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pp3cli.verifiers.slices import in_slices
+from pp3cli.verifiers.slices import InputsVerifier, in_slices
 from pp3kernels import STATUS_OK, ChainInputs, ChainResult, ChainVerifier
 
 if TYPE_CHECKING:
@@ -166,7 +166,7 @@ def draft_logits_from_q(inputs: ChainInputs) -> Tensor:
 ADAPTER_CHUNK_ELEMENTS = 1 << 27
 
 
-class VllmMrv2Verifier:
+class VllmMrv2Verifier(InputsVerifier):
     """vLLM MRV2's ``rejection_sample`` as a ``pp3kernels.ChainVerifier`` (module docstring).
 
     ``rejection_sample`` is the pinned overlay's function, or in tests a stand-in with its
@@ -176,35 +176,12 @@ class VllmMrv2Verifier:
     def __init__(self, rejection_sample: Callable[..., Any]) -> None:
         self.rejection_sample = rejection_sample
 
-    def __call__(
-        self,
-        logits: Tensor,
-        draft_tokens: Tensor,
-        temperature: Tensor,
-        seed: Tensor,
-        position: Tensor,
-        *,
-        q_ids: Tensor | None = None,
-        q_counts: Tensor | None = None,
-        denominator: int | None = None,
-        q_dense: Tensor | None = None,
-    ) -> ChainResult:
+    def verify(self, inputs: ChainInputs) -> ChainResult:
         """Map pp3's inputs to vLLM's arguments, call it, map its outputs back."""
         import torch
 
-        inputs = ChainInputs(
-            logits,
-            draft_tokens,
-            temperature,
-            seed,
-            position,
-            q_ids=q_ids,
-            q_counts=q_counts,
-            denominator=denominator,
-            q_dense=q_dense,
-        )
         one_hot = point_mass_drafts(inputs)
-        _batch, rows, vocab = (int(size) for size in logits.shape)
+        _batch, rows, vocab = (int(size) for size in inputs.logits.shape)
 
         def call(part: ChainInputs) -> ChainResult:
             draft_logits = None if one_hot else draft_logits_from_q(part)
