@@ -2,7 +2,7 @@
 
 Run on the device machine from the repository root:
 
-    python3 bench/selector_ab.py --base PATH [--out DIR] [--rounds N]
+    python3 bench/selector_ab.py --base PATH [--out DIR] [--rounds N] [--only WORD ...]
 
 PATH is a folder holding an older copy of the package (PATH/pp3kernels/); the other side
 ("new") is this tree's kernels/. Smoke test of the script itself, on a CPU:
@@ -22,8 +22,9 @@ graphs, wall-clock time of single calls.
 
 Cases: V = 129280 bf16 logits (randn * 4), K = 5, drafts = the greedy token with one in
 three requests off by one at row 2; point-mass q (S = 1, count C = 2^16) for
-B in {1, 4, 16, 64, 256} x {all T1, all T0, half}; sparse q (S = 64 tokens of C / 64 each,
-the draft among them) and dense q (softmax of noisy logits) for B in {4, 64}, all T1.
+B in {1, 4, 16, 64, 256} x {all T1, all T0, half}; sparse q (S = 64, 1024 and 4096 tokens
+of C / S each, the draft among them) and dense q (softmax of noisy logits) for B in {4, 64},
+all T1. ``--only`` keeps the cases whose name contains one of the given words.
 
 Prints one table last (case, base µs, new µs, new/base, outputs identical; µs = median over
 rounds of each worker's median) and writes everything to DIR/selector_ab.json. Graph
@@ -53,13 +54,15 @@ WARMUP_REPLAYS = 3
 TIMED_REPLAYS = 100
 
 
-def cases(cpu: bool) -> list[tuple[str, int, str, str]]:
-    """(name, batch, temperatures, q form) of every case."""
+def cases(cpu: bool, only: list[str] | None = None) -> list[tuple[str, int, str, str]]:
+    """(name, batch, temperatures, q form) of every case (those naming a word of ``only``)."""
     batches = (1, 4) if cpu else (1, 4, 16, 64, 256)
     out = [(f"B{b} {t} point", b, t, "point") for b in batches for t in ("T1", "T0", "half")]
     for b in (4,) if cpu else (4, 64):
-        out += [(f"B{b} T1 sparse64", b, "T1", "sparse"), (f"B{b} T1 dense", b, "T1", "dense")]
-    return out
+        supports = (64,) if cpu else (64, 1024, 4096)  # V = 300 on the CPU
+        out += [(f"B{b} T1 sparse{s}", b, "T1", f"sparse{s}") for s in supports]
+        out.append((f"B{b} T1 dense", b, "T1", "dense"))
+    return [c for c in out if not only or any(word in c[0] for word in only)]
 
 
 def make_inputs(batch: int, temps: str, q: str, index: int, vocab: int, device: str) -> Any:
@@ -82,10 +85,13 @@ def make_inputs(batch: int, temps: str, q: str, index: int, vocab: int, device: 
     if q == "point":
         counts = torch.full((batch, K, 1), DENOMINATOR, dtype=torch.int32, device=device)
         args.update(q_ids=drafts[..., None].clone(), q_counts=counts, denominator=DENOMINATOR)
-    elif q == "sparse":  # 64 distinct ids (stride 997 < V / 64), the draft first
-        step = torch.arange(64, device=device) * 997
+    elif q.startswith("sparse"):  # S distinct ids (stride V // S), the draft first
+        support = int(q.removeprefix("sparse"))
+        step = torch.arange(support, device=device) * (vocab // support)
         ids = ((drafts[..., None].long() + step) % vocab).to(torch.int32)
-        counts = torch.full((batch, K, 64), DENOMINATOR // 64, dtype=torch.int32, device=device)
+        counts = torch.full(
+            (batch, K, support), DENOMINATOR // support, dtype=torch.int32, device=device
+        )
         args.update(q_ids=ids, q_counts=counts, denominator=DENOMINATOR)
     else:
         noise = torch.randn(batch, K, vocab, generator=gen, device=device)
@@ -130,7 +136,7 @@ def time_case(call_sets: list[Any], cpu: bool) -> list[float]:
     )
 
 
-def worker(cpu: bool, result_path: str) -> None:
+def worker(cpu: bool, result_path: str, only: list[str] | None) -> None:
     import torch
 
     import pp3kernels
@@ -139,7 +145,7 @@ def worker(cpu: bool, result_path: str) -> None:
     device, vocab = ("cpu", 300) if cpu else ("cuda", 129_280)
     l2 = 60 << 20 if cpu else torch.cuda.get_device_properties(0).L2_cache_size
     report: dict[str, Any] = {"package": str(Path(pp3kernels.__file__).parent), "cases": {}}
-    for name, batch, temps, q in cases(cpu):
+    for name, batch, temps, q in cases(cpu, only):
         set_bytes = batch * (K + 1) * vocab * 2
         sets = 1 if cpu else max(1, -(-2 * l2 // set_bytes))
         inputs = [make_inputs(batch, temps, q, i, vocab, device) for i in range(sets)]
@@ -159,7 +165,7 @@ def worker(cpu: bool, result_path: str) -> None:
     Path(result_path).write_text(json.dumps(report))
 
 
-def run_worker(side: str, package_root: Path, cpu: bool) -> dict[str, Any]:
+def run_worker(side: str, package_root: Path, cpu: bool, only: list[str] | None) -> dict[str, Any]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         [str(package_root)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
@@ -167,6 +173,7 @@ def run_worker(side: str, package_root: Path, cpu: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as scratch:
         result = Path(scratch) / "result.json"
         command = [sys.executable, __file__, "--worker", str(result)] + (["--cpu"] if cpu else [])
+        command += ["--only", *only] if only else []
         done = subprocess.run(command, env=env, capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f"{side} worker failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
@@ -183,10 +190,11 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cpu", action="store_true", help="smoke test in the interpreter")
+    parser.add_argument("--only", nargs="+", metavar="WORD", help="cases naming one of these")
     parser.add_argument("--worker", metavar="RESULT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.cpu, args.worker)
+        worker(args.cpu, args.worker, args.only)
         return 0
     if args.base is None or not (args.base / "pp3kernels" / "__init__.py").is_file():
         parser.error("--base must be a folder holding a pp3kernels package")
@@ -194,11 +202,11 @@ def main() -> int:
     runs: dict[str, list[dict[str, Any]]] = {"base": [], "new": []}
     for round_index in range(args.rounds):
         for side in ("base", "new"):
-            runs[side].append(run_worker(side, roots[side], args.cpu))
+            runs[side].append(run_worker(side, roots[side], args.cpu, args.only))
             print(f"round {round_index + 1}/{args.rounds}: {side} done", file=sys.stderr)
     rows = []
     all_identical = True
-    for name, *_ in cases(args.cpu):
+    for name, *_ in cases(args.cpu, args.only):
         per_side = {side: [run["cases"][name] for run in runs[side]] for side in runs}
         digests = {(c["inputs"], c["outputs"]) for side in runs for c in per_side[side]}
         identical = len(digests) == 1

@@ -1,10 +1,11 @@
-"""The selector's host side: launch plans and ``verify_chain``, which runs the two chain kernels.
+"""The selector's host side: launch plans and ``verify_chain``, which runs the chain kernels.
 
 Law: exactly the one in ``pp3kernels.contract`` (read it first). The device code, and how
 the two phases work, is ``pp3kernels.jit.chain``: phase 1 (``chain_stats_kernel``, grid
 request blocks x vocabulary splits) writes per-chunk row statistics; phase 2
 (``chain_finish_kernel``, one program per request block) combines them, walks the chain and
-draws the stop row's token.
+draws the stop row's token. Dense q runs ``chain_rescan_kernel`` between them (grid as
+phase 1): the exact residual mass of every chunk of each rejected stop row, in parallel.
 
 Exactness: the acceptance test is exact given U and the fp32 p_x. The residual law is exact
 up to fp32 rounding of e_v and of the chunk sums: a token's probability is off by at most a
@@ -34,15 +35,22 @@ from pp3kernels.jit import (
     Q_SPARSE,
     Launchable,
     chain_finish_kernel,
+    chain_rescan_kernel,
     chain_stats_kernel,
 )
-from pp3kernels.jit.launch import MAX_LOOPED_SLOTS, MAX_MEMBERSHIP_TILE, MAX_PAIRWISE_SLOTS
+from pp3kernels.jit.launch import (
+    MAX_LOOPED_SLOTS,
+    MAX_MEMBERSHIP_TILE,
+    MAX_PAIRWISE_SLOTS,
+    MAX_SLOT_TILE,
+)
 from pp3kernels.runtime import is_interpreter
 from pp3kernels.validate import validate_chain_inputs
 
 # The launches go through these module globals, so that a benchmark can swap one out
 # (bench/phase_timings.py times phase 1 alone by replacing the finish launch).
 _chain_stats_kernel: Launchable = chain_stats_kernel
+_chain_rescan_kernel: Launchable = chain_rescan_kernel
 _chain_finish_kernel: Launchable = chain_finish_kernel
 
 # ---- Plan constants. Interpreter: every program instance costs a second or more and numpy
@@ -122,7 +130,8 @@ def _tile_elements_per_request(r: int, block_v: int, support: int, nsplit: int) 
     """The largest tile either kernel holds, per request of a program (R = r rows).
 
     Phase 1: [R, block_v]. Phase 2: the partials [R, NSPLIT_P2]; sparse q's slots
-    [R, S_P2] and, for S_P2 <= 16, the pairwise duplicate check [R, S_P2, S_P2]; the
+    [R, S_P2] (in tiles of MAX_SLOT_TILE slots above that) and, for S_P2 <= 16, the
+    pairwise duplicate check [R, S_P2, S_P2]; the
     support's chunk membership [S_P2, NSPLIT_P2] (or [S_P2], chunk by chunk, above
     MAX_MEMBERSHIP_TILE); the draw tiles [block_f = block_v].
     """
@@ -130,7 +139,8 @@ def _tile_elements_per_request(r: int, block_v: int, support: int, nsplit: int) 
     pairwise = s_p2 if s_p2 <= MAX_PAIRWISE_SLOTS else 1
     n_p2 = split_axis(nsplit)
     membership = s_p2 * n_p2 if s_p2 * n_p2 <= MAX_MEMBERSHIP_TILE else s_p2
-    return max(r * block_v, r * n_p2, r * s_p2 * pairwise, membership)
+    slot_tile = min(s_p2, MAX_SLOT_TILE)
+    return max(r * block_v, r * n_p2, r * slot_tile * pairwise, membership)
 
 
 def plan_launch(
@@ -201,8 +211,9 @@ def verify_chain(
     Returns ChainResult(tokens [B, K+1] int32, accepted [B] int32, status [B] int8).
 
     Extra device memory besides the outputs: the partials (16 bytes per row and vocabulary
-    chunk) and, for sparse q of more than 4 slots, one scratch row of block_f fp32 per
-    request (4 KiB on the GPU plans) that the draw writes its residual tiles through.
+    chunk); for sparse q of more than 4 slots, one scratch row of block_f fp32 per request
+    (up to 4 KiB on the GPU plans) that the draw writes its residual tiles through; for
+    dense q, the chunk masses of the rejected rows (8 bytes per request and chunk).
     """
     if validate:
         validate_chain_inputs(
@@ -282,6 +293,12 @@ def verify_chain(
         scratch = torch.empty((blocks * plan.block_b, block_f), dtype=torch.float32, device=device)
     else:
         scratch = partials[1]
+    # Dense q: chain_rescan_kernel writes each rejected row's exact chunk masses, the finish
+    # kernel reads them; the other forms never touch this pointer (a placeholder).
+    if q_mode == Q_DENSE:
+        masses = torch.empty((batch, plan.nsplit), dtype=torch.float64, device=device)
+    else:
+        masses = partials[1]
 
     _chain_stats_kernel[(blocks, plan.nsplit)](
         logits,
@@ -293,7 +310,8 @@ def verify_chain(
         BLOCK_V=plan.block_v,
         num_warps=plan.num_warps,
     )
-    _chain_finish_kernel[(blocks,)](
+    # The finish kernel's arguments up to its outputs, which the rescan kernel takes too.
+    phase2 = (
         logits,
         *logits.stride(),
         drafts,
@@ -307,20 +325,23 @@ def verify_chain(
         temperature,
         seed,
         position,
-        tokens,
-        accepted,
-        status,
         *partials,
         scratch,
-        *split,
-        float(den),
+        masses,
+    )
+    phase2_meta = {
         **shape,
-        S=support,
-        S_P2=slot_axis(support),
-        Q_MODE=q_mode,
-        NSPLIT_P2=nsplit_p2,
-        BLOCK_F=block_f,
-        num_warps=_NUM_WARPS,
+        "S": support,
+        "S_P2": slot_axis(support),
+        "Q_MODE": q_mode,
+        "NSPLIT_P2": nsplit_p2,
+        "BLOCK_F": block_f,
+        "num_warps": _NUM_WARPS,
+    }
+    if q_mode == Q_DENSE:
+        _chain_rescan_kernel[(blocks, plan.nsplit)](*phase2, *split, float(den), **phase2_meta)
+    _chain_finish_kernel[(blocks,)](
+        *phase2, tokens, accepted, status, *split, float(den), **phase2_meta
     )
     return ChainResult(tokens, accepted, status)
 

@@ -1,4 +1,4 @@
-"""The selector's device code: two Triton kernels that verify B chains of K drafts, and their
+"""The selector's device code: the Triton kernels that verify B chains of K drafts, and their
 helpers. The law is ``pp3kernels.contract``; plans and launches are ``pp3kernels.selector``.
 
 Phase 1, ``chain_stats_kernel`` (grid: request blocks x vocabulary splits): each program
@@ -13,12 +13,18 @@ Phase 2, ``chain_finish_kernel`` (one program per request block):
 1. combine every row's partials into per-row m, s, argmax and status (``_combine_max_sum``,
    ``_first_argmax``, ``_logits_status``);
 2. evaluate every draft row's acceptance at once (``_proposal_probability``, then
-   ``_accept_sparse_q`` / ``_accept_dense_q``) and take the first failure as the stop row;
+   ``_accept_sparse_q`` / ``_accept_dense_q``) and take the first failure as the stop row
+   (steps 1-2 are ``_chain_stop``);
 3. for a T1 request, draw the stop row's token by inverse CDF with one 52-bit uniform:
    chunk masses from the partials (``_chunk_masses``), corrected where a rejected draft's
    support falls (``_support_corrections``) or rescanned exactly (``_rescan_chunks``), a
    chunk (``_pick_chunk``), then a tile and a token inside it (``_draw_in_chunk``:
    ``_chunk_walk``, ``_tile_pick``). Only one chunk of one row per request is read again.
+
+Dense q changes every weight of a rejected row, so every chunk's mass must be walked
+exactly: ``chain_rescan_kernel`` (grid as phase 1) runs between the two, each program
+redoing steps 1-2 for its requests and walking its one chunk of each rejected stop row,
+and the finish kernel reads those masses instead of walking all the chunks in turn.
 
 The stop row of each request is described to the draw helpers by two tuples:
 
@@ -49,6 +55,7 @@ from pp3kernels.jit.launch import (
     MAX_LOOPED_SLOTS,
     MAX_MEMBERSHIP_TILE,
     MAX_PAIRWISE_SLOTS,
+    MAX_SLOT_TILE,
     Q_DENSE,
     Q_SPARSE,
 )
@@ -103,6 +110,7 @@ _RESCAN_BELOW = tl.constexpr(2.0**-18)
 _MAX_PAIRWISE_SLOTS = tl.constexpr(MAX_PAIRWISE_SLOTS)
 _MAX_LOOPED_SLOTS = tl.constexpr(MAX_LOOPED_SLOTS)
 _MAX_MEMBERSHIP_TILE = tl.constexpr(MAX_MEMBERSHIP_TILE)
+_MAX_SLOT_TILE = tl.constexpr(MAX_SLOT_TILE)
 
 
 # --------------------------------------------------------------------------------------
@@ -352,6 +360,30 @@ def _proposal_probability(logits, offs_b64, rows, draft, t1_2d, in_range, r_max,
 
 
 @triton.jit
+def _slot_tile(q_sparse, offs_b64, rows, drow, draft, slots, S, V):
+    """Sparse q over the slots ``slots`` of every draft row: (count, mass, malformed, ids,
+    positive): the count of the row's draft x among them, their total count (int64), whether
+    one breaks a per-slot rule (negative count, a zero count on an id other than -1, a
+    positive count on an id outside [0, V)), and the slots' ids and count > 0 masks."""
+    qid_ptr, qcnt_ptr, stride_qb, stride_qk, stride_qs = q_sparse
+    qidx = (
+        offs_b64[:, None, None] * stride_qb
+        + rows[None, :, None] * stride_qk
+        + slots[None, None, :] * stride_qs
+    )
+    qmask = drow[:, :, None] & (slots < S)[None, None, :]
+    q_sid = tl.load(qid_ptr + qidx, mask=qmask, other=_NO_TOKEN)
+    q_cnt = tl.load(qcnt_ptr + qidx, mask=qmask, other=0)
+    positive = q_cnt > 0
+    count = tl.sum(tl.where((q_sid == draft[:, :, None]) & positive, q_cnt, 0), axis=2)
+    q_mass = tl.sum(q_cnt.to(tl.int64), axis=2)
+    slot_bad = (q_cnt < 0) | ((q_cnt == 0) & (q_sid != _NO_TOKEN))
+    slot_bad = slot_bad | (positive & ((q_sid < 0) | (q_sid >= V)))
+    malformed = tl.max(slot_bad.to(tl.int32), axis=2) != 0
+    return count, q_mass, malformed, q_sid, positive
+
+
+@triton.jit
 def _accept_sparse_q(
     q_sparse,
     offs_b64,
@@ -376,29 +408,31 @@ def _accept_sparse_q(
     not depend on where the chain stops): no negative count, padding slots carry id -1,
     support ids in [0, V) and distinct (pairwise, for S_P2 <= 16), mass C (or 0 where
     nothing is proposed or the request is greedy), and a sampled proposal inside the support.
+    Past MAX_SLOT_TILE padded slots the rows are read in tiles of that many slots, so that
+    the [BLOCK_B, R, slots] tiles stay in registers.
     """
-    qid_ptr, qcnt_ptr, stride_qb, stride_qk, stride_qs = q_sparse
-    slots = tl.arange(0, S_P2)
-    qidx = (
-        offs_b64[:, None, None] * stride_qb
-        + rows[None, :, None] * stride_qk
-        + slots[None, None, :] * stride_qs
-    )
-    qmask = drow[:, :, None] & (slots < S)[None, None, :]
-    q_sid = tl.load(qid_ptr + qidx, mask=qmask, other=_NO_TOKEN)
-    q_cnt = tl.load(qcnt_ptr + qidx, mask=qmask, other=0)
-    positive = q_cnt > 0
-    count = tl.sum(tl.where((q_sid == draft[:, :, None]) & positive, q_cnt, 0), axis=2)
-    q_mass = tl.sum(q_cnt.to(tl.int64), axis=2)
-    slot_bad = (q_cnt < 0) | ((q_cnt == 0) & (q_sid != _NO_TOKEN))
-    slot_bad = slot_bad | (positive & ((q_sid < 0) | (q_sid >= V)))
-    malformed = tl.max(slot_bad.to(tl.int32), axis=2) != 0
-    if S_P2 <= _MAX_PAIRWISE_SLOTS:
-        same = (q_sid[:, :, :, None] == q_sid[:, :, None, :]) & (slots[:, None] < slots[None, :])[
-            None, None, :, :
-        ]
-        dup = same & positive[:, :, :, None] & positive[:, :, None, :]
-        malformed = malformed | (tl.max(tl.max(dup.to(tl.int32), axis=3), axis=2) != 0)
+    if S_P2 <= _MAX_SLOT_TILE:
+        slots = tl.arange(0, S_P2)
+        count, q_mass, malformed, q_sid, positive = _slot_tile(
+            q_sparse, offs_b64, rows, drow, draft, slots, S, V
+        )
+        if S_P2 <= _MAX_PAIRWISE_SLOTS:
+            same = (q_sid[:, :, :, None] == q_sid[:, :, None, :]) & (
+                slots[:, None] < slots[None, :]
+            )[None, None, :, :]
+            dup = same & positive[:, :, :, None] & positive[:, :, None, :]
+            malformed = malformed | (tl.max(tl.max(dup.to(tl.int32), axis=3), axis=2) != 0)
+    else:
+        count = tl.zeros_like(draft)
+        q_mass = tl.zeros_like(draft).to(tl.int64)
+        malformed = tl.zeros_like(draft) != 0
+        for s0 in range(0, S_P2, _MAX_SLOT_TILE):
+            tile_count, tile_mass, tile_bad, _sid, _pos = _slot_tile(
+                q_sparse, offs_b64, rows, drow, draft, s0 + tl.arange(0, _MAX_SLOT_TILE), S, V
+            )
+            count += tile_count
+            q_mass += tile_mass
+            malformed = malformed | tile_bad
     zero_allowed = (draft < 0) | ~is_t1[:, None]
     mass_ok = (q_mass.to(tl.float64) == den64) | ((q_mass == 0) & zero_allowed)
     bad = bad | (drow & (malformed | ~mass_ok)) | (proposed & (count <= 0))
@@ -774,38 +808,20 @@ def _draw_in_chunk(
     )
 
 
-@triton.jit(do_not_specialize=["NSPLIT"])
-def chain_finish_kernel(
-    logits_ptr,
-    stride_lb,
-    stride_lk,
-    stride_lv,
-    draft_ptr,
-    stride_db,
-    stride_dk,
-    qid_ptr,
-    qcnt_ptr,
-    stride_qb,
-    stride_qk,
-    stride_qs,
-    qdense_ptr,
-    stride_qdb,
-    stride_qdk,
-    stride_qdv,
-    temp_ptr,
-    seed_ptr,
-    pos_ptr,
-    tokens_ptr,
-    accepted_ptr,
-    status_ptr,
-    part_max_ptr,
-    part_sum_ptr,
-    part_arg_ptr,
-    part_flag_ptr,
-    scratch_ptr,
-    B,
+@triton.jit
+def _chain_stop(
+    logits,
+    drafts,
+    q_sparse,
+    q_dense,
+    partials,
+    offs_b,
+    mask_b,
+    is_t1,
+    inv_tau,
+    seed,
+    position,
     V,
-    CHUNK: tl.constexpr,
     NSPLIT,
     denominator_f,
     K: tl.constexpr,
@@ -815,26 +831,23 @@ def chain_finish_kernel(
     Q_MODE: tl.constexpr,
     NSPLIT_P2: tl.constexpr,
     BLOCK_B: tl.constexpr,
-    BLOCK_F: tl.constexpr,
 ):
-    """Phase 2: combine the partials, walk the chain, draw the stop row's token.
+    """Phase 2, steps 1-2 for the requests ``offs_b``: their rows' statistics from the
+    partials and the chain's stop row. Both phase-2 kernels run it, so that they agree.
 
-    Writes tokens [B, K+1] (accepted drafts, the emitted token, then -1), accepted [B] and
-    status [B] (int8); a request with a non-OK status emits nothing (all -1, accepted 0).
+    Returns (status, stop_row, draft, resid, stop_max, stop_sum, final, at_stop, p_max,
+    p_sum): the request's status; its stop row (= its accepted count); the draft rows;
+    whether the stop row rejected a draft (the draw samples (p - q)+ there); the stop row's
+    max m and sum s; the greedy token of the stop row (-1 for T1); the stop row's mask over
+    the [BLOCK_B, R] rows; and the partials' max and sum, [BLOCK_B, R, NSPLIT_P2].
     """
-    pid_b = tl.program_id(0)
-    offs_b = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
-    mask_b = offs_b < B
+    part_max_ptr, part_sum_ptr, part_arg_ptr, part_flag_ptr = partials
+    draft_ptr, stride_db, stride_dk = drafts
     offs_b64 = offs_b.to(tl.int64)
-    tau = tl.load(temp_ptr + offs_b, mask=mask_b, other=0.0)
-    is_t1, inv_tau = _temperature(tau)
-    seed = tl.load(seed_ptr + offs_b, mask=mask_b, other=0)
-    position = tl.load(pos_ptr + offs_b, mask=mask_b, other=0)
     rows = tl.arange(0, R)
     valid = mask_b[:, None] & (rows <= K)[None, :]
     splits = tl.arange(0, NSPLIT_P2)
     split_ok = splits < NSPLIT
-    inv_denominator = 1.0 / denominator_f
     den64 = tl.zeros([BLOCK_B, R], dtype=tl.float64) + denominator_f
 
     # ---- 1. Every row's partials at once, [BLOCK_B, R, NSPLIT_P2], into row statistics.
@@ -860,22 +873,14 @@ def chain_finish_kernel(
     in_range = (draft >= 0) & (draft < V)
     t1_2d = is_t1[:, None] & drow
     p_x = _proposal_probability(
-        (logits_ptr, stride_lb, stride_lk, stride_lv),
-        offs_b64,
-        rows,
-        draft,
-        t1_2d,
-        in_range,
-        r_max,
-        r_sum,
-        inv_tau,
+        logits, offs_b64, rows, draft, t1_2d, in_range, r_max, r_sum, inv_tau
     )
     coin = acceptance_coin(seed[:, None], position[:, None] + rows[None, :])
     bad = drow & ((draft < _NO_TOKEN) | (draft >= V))
     proposed = t1_2d & in_range  # a T1 proposal inside [0, V): its p_x and q are read
     if Q_MODE == _Q_SPARSE:
         accept_t1, bad = _accept_sparse_q(
-            (qid_ptr, qcnt_ptr, stride_qb, stride_qk, stride_qs),
+            q_sparse,
             offs_b64,
             rows,
             drow,
@@ -891,23 +896,13 @@ def chain_finish_kernel(
             S_P2,
         )
     elif Q_MODE == _Q_DENSE:
-        accept_t1, bad = _accept_dense_q(
-            (qdense_ptr, stride_qdb, stride_qdk, stride_qdv),
-            offs_b64,
-            rows,
-            draft,
-            proposed,
-            coin,
-            p_x,
-            bad,
-        )
+        accept_t1, bad = _accept_dense_q(q_dense, offs_b64, rows, draft, proposed, coin, p_x, bad)
     else:
         bad = bad | proposed  # a sampled proposal without any q
         accept_t1 = draft < _NO_TOKEN  # all False where it matters (in_range gates it)
     accept = in_range & tl.where(is_t1[:, None], accept_t1, draft == greedy)
     fail = drow & ~accept
     stop_row = tl.min(tl.where(fail, rows[None, :], K), axis=1)
-    accepted = stop_row
     at_stop = rows[None, :] == stop_row[:, None]
     bad_any = tl.max(bad.to(tl.int32), axis=1)
     status = tl.where((status == _STATUS_OK) & (bad_any != 0), _STATUS_BAD_DRAFT, status)
@@ -917,27 +912,282 @@ def chain_finish_kernel(
     stop_sum = tl.sum(tl.where(at_stop, r_sum, 0.0), axis=1)
     final = tl.sum(tl.where(at_stop, greedy, 0), axis=1)
     final = tl.where(is_t1, _NO_TOKEN, final)
+    return status, stop_row, draft, resid, stop_max, stop_sum, final, at_stop, p_max, p_sum
+
+
+@triton.jit
+def _requests(pid_b, B, temp_ptr, seed_ptr, pos_ptr, BLOCK_B: tl.constexpr):
+    """(offs_b, mask_b, is_t1, inv_tau, seed, position) of request block ``pid_b``."""
+    offs_b = pid_b * BLOCK_B + tl.arange(0, BLOCK_B)
+    mask_b = offs_b < B
+    tau = tl.load(temp_ptr + offs_b, mask=mask_b, other=0.0)
+    is_t1, inv_tau = _temperature(tau)
+    seed = tl.load(seed_ptr + offs_b, mask=mask_b, other=0)
+    position = tl.load(pos_ptr + offs_b, mask=mask_b, other=0)
+    return offs_b, mask_b, is_t1, inv_tau, seed, position
+
+
+@triton.jit
+def _stop_views(
+    logits,
+    q_sparse,
+    q_dense,
+    offs_b,
+    stop_row,
+    stop_max,
+    stop_sum,
+    inv_tau,
+    denominator_f,
+    scratch_ptr,
+    BLOCK_F: tl.constexpr,
+):
+    """The (row, q) tuples that describe each request's stop row to the draw helpers (see
+    the module docstring); request b's scratch row is row b of the scratch buffer."""
+    logits_ptr, stride_lb, stride_lk, stride_lv = logits
+    qid_ptr, qcnt_ptr, stride_qb, stride_qk, stride_qs = q_sparse
+    qdense_ptr, stride_qdb, stride_qdk, stride_qdv = q_dense
+    offs_b64 = offs_b.to(tl.int64)
+    stop64 = stop_row.to(tl.int64)
+    stop_off = offs_b64 * stride_lb + stop64 * stride_lk
+    row = (logits_ptr, stop_off, stride_lv, stop_max, stop_sum, inv_tau)
+    q = (
+        qid_ptr,
+        qcnt_ptr,
+        offs_b64 * stride_qb + stop64 * stride_qk,
+        stride_qs,
+        qdense_ptr,
+        offs_b64 * stride_qdb + stop64 * stride_qdk,
+        stride_qdv,
+        1.0 / denominator_f,
+        scratch_ptr,
+        offs_b64 * BLOCK_F,
+    )
+    return row, q
+
+
+# --------------------------------------------------------------------------------------
+# The kernels of phase 2
+# --------------------------------------------------------------------------------------
+
+
+@triton.jit(do_not_specialize=["NSPLIT"])
+def chain_rescan_kernel(
+    logits_ptr,
+    stride_lb,
+    stride_lk,
+    stride_lv,
+    draft_ptr,
+    stride_db,
+    stride_dk,
+    qid_ptr,
+    qcnt_ptr,
+    stride_qb,
+    stride_qk,
+    stride_qs,
+    qdense_ptr,
+    stride_qdb,
+    stride_qdk,
+    stride_qdv,
+    temp_ptr,
+    seed_ptr,
+    pos_ptr,
+    part_max_ptr,
+    part_sum_ptr,
+    part_arg_ptr,
+    part_flag_ptr,
+    scratch_ptr,
+    mass_ptr,
+    B,
+    V,
+    CHUNK: tl.constexpr,
+    NSPLIT,
+    denominator_f,
+    K: tl.constexpr,
+    R: tl.constexpr,
+    S: tl.constexpr,
+    S_P2: tl.constexpr,
+    Q_MODE: tl.constexpr,
+    NSPLIT_P2: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+):
+    """Phase 2a, dense q (grid: request blocks x vocabulary splits): the exact residual
+    mass W_c = sum over chunk c of max(e_v - q_v s, 0) of every T1 request whose stop row
+    rejected a draft, written to mass[b, c] (fp64) for ``chain_finish_kernel``.
+
+    Each program redoes steps 1-2 for its requests (``_chain_stop``: the partials and the
+    draft rows are small) and walks its one chunk with ``_chunk_walk``, the same per-tile
+    sums that the draw in that chunk uses; the NSPLIT chunks of a row are walked in
+    parallel instead of one after another in the finish program.
+    """
+    pid_b = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    logits = (logits_ptr, stride_lb, stride_lk, stride_lv)
+    q_sparse = (qid_ptr, qcnt_ptr, stride_qb, stride_qk, stride_qs)
+    q_dense = (qdense_ptr, stride_qdb, stride_qdk, stride_qdv)
+    offs_b, mask_b, is_t1, inv_tau, seed, position = _requests(
+        pid_b, B, temp_ptr, seed_ptr, pos_ptr, BLOCK_B
+    )
+    status, stop_row, _draft, resid, stop_max, stop_sum, _final, _at_stop, _pm, _ps = _chain_stop(
+        logits,
+        (draft_ptr, stride_db, stride_dk),
+        q_sparse,
+        q_dense,
+        (part_max_ptr, part_sum_ptr, part_arg_ptr, part_flag_ptr),
+        offs_b,
+        mask_b,
+        is_t1,
+        inv_tau,
+        seed,
+        position,
+        V,
+        NSPLIT,
+        denominator_f,
+        K,
+        R,
+        S,
+        S_P2,
+        Q_MODE,
+        NSPLIT_P2,
+        BLOCK_B,
+    )
+    walk = mask_b & is_t1 & (status == _STATUS_OK) & resid
+    if tl.max(walk.to(tl.int32), axis=0) > 0:
+        row, q = _stop_views(
+            logits,
+            q_sparse,
+            q_dense,
+            offs_b,
+            stop_row,
+            stop_max,
+            stop_sum,
+            inv_tau,
+            denominator_f,
+            scratch_ptr,
+            BLOCK_F,
+        )
+        total, _tile, _before = _chunk_walk(
+            row,
+            q,
+            walk,
+            walk,
+            tl.zeros([BLOCK_B], tl.int32) + pid_s * CHUNK,
+            CHUNK,
+            V,
+            tl.full([BLOCK_B], float("inf"), tl.float64),
+            Q_MODE,
+            S,
+            S_P2,
+            BLOCK_B,
+            BLOCK_F,
+        )
+        tl.store(mass_ptr + offs_b.to(tl.int64) * NSPLIT + pid_s, total, mask=walk)
+
+
+@triton.jit(do_not_specialize=["NSPLIT"])
+def chain_finish_kernel(
+    logits_ptr,
+    stride_lb,
+    stride_lk,
+    stride_lv,
+    draft_ptr,
+    stride_db,
+    stride_dk,
+    qid_ptr,
+    qcnt_ptr,
+    stride_qb,
+    stride_qk,
+    stride_qs,
+    qdense_ptr,
+    stride_qdb,
+    stride_qdk,
+    stride_qdv,
+    temp_ptr,
+    seed_ptr,
+    pos_ptr,
+    part_max_ptr,
+    part_sum_ptr,
+    part_arg_ptr,
+    part_flag_ptr,
+    scratch_ptr,
+    mass_ptr,
+    tokens_ptr,
+    accepted_ptr,
+    status_ptr,
+    B,
+    V,
+    CHUNK: tl.constexpr,
+    NSPLIT,
+    denominator_f,
+    K: tl.constexpr,
+    R: tl.constexpr,
+    S: tl.constexpr,
+    S_P2: tl.constexpr,
+    Q_MODE: tl.constexpr,
+    NSPLIT_P2: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+):
+    """Phase 2: combine the partials, walk the chain, draw the stop row's token.
+
+    Writes tokens [B, K+1] (accepted drafts, the emitted token, then -1), accepted [B] and
+    status [B] (int8); a request with a non-OK status emits nothing (all -1, accepted 0).
+    Dense q reads its rejected rows' chunk masses from ``mass_ptr`` (``chain_rescan_kernel``
+    ran first); the other forms never read it.
+    """
+    pid_b = tl.program_id(0)
+    logits = (logits_ptr, stride_lb, stride_lk, stride_lv)
+    q_sparse = (qid_ptr, qcnt_ptr, stride_qb, stride_qk, stride_qs)
+    q_dense = (qdense_ptr, stride_qdb, stride_qdk, stride_qdv)
+    offs_b, mask_b, is_t1, inv_tau, seed, position = _requests(
+        pid_b, B, temp_ptr, seed_ptr, pos_ptr, BLOCK_B
+    )
+    offs_b64 = offs_b.to(tl.int64)
+    status, stop_row, draft, resid, stop_max, stop_sum, final, at_stop, p_max, p_sum = _chain_stop(
+        logits,
+        (draft_ptr, stride_db, stride_dk),
+        q_sparse,
+        q_dense,
+        (part_max_ptr, part_sum_ptr, part_arg_ptr, part_flag_ptr),
+        offs_b,
+        mask_b,
+        is_t1,
+        inv_tau,
+        seed,
+        position,
+        V,
+        NSPLIT,
+        denominator_f,
+        K,
+        R,
+        S,
+        S_P2,
+        Q_MODE,
+        NSPLIT_P2,
+        BLOCK_B,
+    )
+    accepted = stop_row
+    rows = tl.arange(0, R)
+    valid = mask_b[:, None] & (rows <= K)[None, :]
+    splits = tl.arange(0, NSPLIT_P2)
+    split_ok = splits < NSPLIT
 
     # ---- 3. T1: draw the stop row's token: a CHUNK by inverse CDF, a tile, then a token.
     need_sample = mask_b & is_t1 & (status == _STATUS_OK)
     if tl.max(need_sample.to(tl.int32), axis=0) > 0:
         resid = resid & need_sample
-        stop_off = offs_b64 * stride_lb + stop_row.to(tl.int64) * stride_lk
-        q_stop = offs_b64 * stride_qb + stop_row.to(tl.int64) * stride_qk
-        qd_stop = offs_b64 * stride_qdb + stop_row.to(tl.int64) * stride_qdk
-        row = (logits_ptr, stop_off, stride_lv, stop_max, stop_sum, inv_tau)
-        scratch_off = (pid_b * BLOCK_B + tl.arange(0, BLOCK_B)).to(tl.int64) * BLOCK_F
-        q = (
-            qid_ptr,
-            qcnt_ptr,
-            q_stop,
-            stride_qs,
-            qdense_ptr,
-            qd_stop,
-            stride_qdv,
-            inv_denominator,
+        row, q = _stop_views(
+            logits,
+            q_sparse,
+            q_dense,
+            offs_b,
+            stop_row,
+            stop_max,
+            stop_sum,
+            inv_tau,
+            denominator_f,
             scratch_ptr,
-            scratch_off,
+            BLOCK_F,
         )
         full_mass = _chunk_masses(p_max, p_sum, at_stop, stop_max, inv_tau)
         mass = full_mass
@@ -945,27 +1195,30 @@ def chain_finish_kernel(
             mass, rescan = _support_corrections(
                 row, q, resid, full_mass, splits, CHUNK, V, NSPLIT, S, S_P2, NSPLIT_P2, BLOCK_B
             )
+            mass = _rescan_chunks(
+                row,
+                q,
+                resid,
+                rescan,
+                mass,
+                splits,
+                CHUNK,
+                V,
+                NSPLIT_P2,
+                Q_MODE,
+                S,
+                S_P2,
+                BLOCK_B,
+                BLOCK_F,
+            )
         elif Q_MODE == _Q_DENSE:
-            # Dense q changes every weight of a rejected row: every CHUNK is rescanned.
-            rescan = resid[:, None] & split_ok[None, :]
-        else:
-            rescan = tl.zeros([BLOCK_B, NSPLIT_P2], dtype=tl.int1)
-        mass = _rescan_chunks(
-            row,
-            q,
-            resid,
-            rescan,
-            mass,
-            splits,
-            CHUNK,
-            V,
-            NSPLIT_P2,
-            Q_MODE,
-            S,
-            S_P2,
-            BLOCK_B,
-            BLOCK_F,
-        )
+            # Dense q changes every weight of a rejected row: every chunk's exact residual
+            # mass was walked by chain_rescan_kernel.
+            walked = resid[:, None] & split_ok[None, :]
+            walked_mass = tl.load(
+                mass_ptr + offs_b64[:, None] * NSPLIT + splits[None, :], mask=walked, other=0.0
+            )
+            mass = tl.where(walked, walked_mass, full_mass)
         pick, inner, resid = _pick_chunk(
             mass,
             full_mass,

@@ -29,6 +29,10 @@ MAX_LOOPED_SLOTS = 4
 # - the support's chunk membership is one [S_P2, NSPLIT_P2] tile per request up to this many
 #   elements, and a loop over the chunks with one [S_P2] tile above.
 MAX_MEMBERSHIP_TILE = 4096
+# - the acceptance test reads every draft row's slots in one [R, S_P2] tile per request up to
+#   this many padded slots, and in tiles of this many slots above (S = 4096 as one tile
+#   held 32768 slots of R = 8 rows in a 128-thread program).
+MAX_SLOT_TILE = 256
 
 
 class Launchable(Protocol):
