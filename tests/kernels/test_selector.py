@@ -32,6 +32,7 @@ from pp3kernels.contract import (
 )
 from pp3kernels.drafts import point_mass_q, quantise_q, sample_drafts
 from pp3kernels.interface import ChainResult
+from pp3kernels.jit.launch import MAX_SLOT_TILE
 from pp3kernels.philox import sample_uniform
 from pp3kernels.reference import reference_verify_chain
 from pp3kernels.selector import LaunchPlan, plan_launch, verify_chain
@@ -1005,6 +1006,43 @@ def test_without_validation_malformed_q_on_a_live_row_reports_bad_draft(case: st
         _kernel(args)
     want = _reference(args, validate=False)
     assert want.status.tolist() == [STATUS_OK, STATUS_BAD_DRAFT, STATUS_OK]
+    got = _kernel(args, validate=False)
+    _assert_same(got, want, args)
+
+
+def test_without_validation_wide_support_checks_every_slot_tile() -> None:
+    """S = 600 slots (padded to 1024, read in tiles of MAX_SLOT_TILE = 256 by the acceptance
+    test): the draft's count, the row's mass and the per-slot rules are gathered over every
+    tile. Request 0 is well formed with its draft in the third tile; requests 1-3 each break
+    one rule in a different tile (a negative count with mass C, a zero-count slot that names
+    an id, mass C - 1). The kernel agrees with the reference on every status and token."""
+    assert MAX_SLOT_TILE == 256
+    vocab, support, den = 1000, 600, 1024
+    ids = torch.arange(support, dtype=torch.int32).repeat(4, 1, 1)  # [4, 1, 600]
+    counts = torch.ones((4, 1, support), dtype=torch.int32)
+    counts[:, 0, 0] = den - (support - 1)  # mass C
+    counts[1, 0, 100] = -1  # tile 0: a negative count; mass kept at C below
+    counts[1, 0, 0] += 2
+    counts[2, 0, 300] = 0  # tile 1: a zero count on a slot naming id 300 (not -1)
+    counts[2, 0, 0] += 1
+    counts[3, 0, 550] = 0  # tile 2: mass C - 1 (the slot is padding, id -1)
+    ids[3, 0, 550] = -1
+    generator = torch.Generator().manual_seed(5)
+    args: Args = {
+        "logits": torch.randn((4, 2, vocab), generator=generator),
+        "draft_tokens": torch.full((4, 1), 520, dtype=torch.int32),  # slot 520: tile 2
+        "temperature": torch.ones(4),
+        "seed": torch.arange(4, dtype=torch.int64) + 11,
+        "position": torch.zeros(4, dtype=torch.int64),
+        "q_ids": ids,
+        "q_counts": counts,
+        "denominator": den,
+    }
+    for b in (1, 2, 3):
+        with pytest.raises(SelectorInputError, match="request 0, row 0"):
+            _kernel(_select(args, torch.tensor([b])))
+    want = _reference(args, validate=False)
+    assert want.status.tolist() == [STATUS_OK] + [STATUS_BAD_DRAFT] * 3
     got = _kernel(args, validate=False)
     _assert_same(got, want, args)
 
