@@ -19,6 +19,8 @@
 #            remaining time
 #   ab       bench/selector_ab.py --base .base ARGS (.base/pp3kernels: an older kernel
 #            package to compare with; carry ".base" too)
+#   script   python3 ARGS with the call's remaining time (e.g. bench/launch_split.py, which
+#            times each of the selector's launches alone)
 # Receipts and the manifest are copied to $OUT; the Triton cache is returned as a tarball
 # (TRITON_CACHE_DIR lives in the repository, git-ignored; carry .triton-cache.tgz, the
 # tarball an earlier call returned, and compiled kernels of unchanged source are reused).
@@ -86,6 +88,10 @@ while [ $# -gt 0 ]; do
       timeout $(( 570 - $(elapsed) )) python3 -m pp3cli probe --overlay .overlay/vllm-0.33.0 \
         "${args[@]}" 2>&1 | tee -a "$log" | tail -80
       say "probe exit ${PIPESTATUS[0]}" ;;
+    script)
+      timeout $(( 570 - $(elapsed) )) python3 "${args[@]}" 2>&1 | tee "$OUT/script.log" \
+        | tail -40 | tee -a "$log"
+      say "script exit ${PIPESTATUS[0]}" ;;
     pp3)
       timeout $(( 570 - $(elapsed) )) python3 -m pp3cli "${args[@]}" 2>&1 | tail -60 | tee -a "$log"
       say "pp3 exit ${PIPESTATUS[0]}" ;;

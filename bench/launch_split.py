@@ -1,0 +1,144 @@
+"""Where phase 2's time goes for draft distributions: each of the selector's launches alone.
+
+Run on the device machine (`python3 bench/launch_split.py [--only WORD ...]`); `--cpu`
+runs every case once at a small V in Triton's interpreter, to check the script itself.
+
+Cases: V = 129280 bf16 logits (randn * 4), K = 5, all T1, B in {4, 64}; q as sparse
+supports of S = 64, 1024 and 4096 tokens (C / S each, the draft first, ids V // S apart) and
+as dense rows (softmax of noisy logits); drafts are the greedy tokens with one in three
+requests off by one at row 2 (the inputs of bench/selector_ab.py). For each case, CUDA graphs
+of 10 calls rotating over enough input sets to exceed 2 x L2 (as `pp3 probe`), median of 50
+replays, µs per call:
+
+- full     verify_chain(validate=False)
+- stats    phase 1 alone (the later launches replaced by no-ops)
+- rescan   phase 1 + chain_rescan_kernel, minus stats (dense q only; 0 otherwise)
+- finish   full minus the two above
+
+The no-op launches are module globals of pp3kernels.selector swapped for the timing only
+(bench/phase_timings.py does the same for the finish launch). Prints one table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+import pp3kernels.selector as selector
+from pp3cli.timing import measure
+from pp3kernels.selector import verify_chain
+
+K = 5
+DENOMINATOR = 1 << 16
+ROUNDS = 10
+REPLAYS = 50
+
+
+def make_inputs(batch: int, q: str, index: int, vocab: int, device: str) -> dict[str, Any]:
+    """One input set: all-T1 requests, q as ``sparseS`` or ``dense``."""
+    gen = torch.Generator(device=device).manual_seed(7919 * batch + 104729 * index + len(q))
+    logits = (torch.randn(batch, K + 1, vocab, generator=gen, device=device) * 4).bfloat16()
+    drafts = logits.float().argmax(-1)[:, :K].to(torch.int32).contiguous()
+    drafts[1::3, 2] = (drafts[1::3, 2] + 1) % vocab
+    args: dict[str, Any] = dict(
+        logits=logits,
+        draft_tokens=drafts,
+        temperature=torch.ones(batch, device=device),
+        seed=torch.arange(batch, dtype=torch.int64, device=device) + 1000 * index,
+        position=torch.arange(batch, dtype=torch.int64, device=device) * 11 + 100,
+    )
+    if q.startswith("sparse"):
+        support = int(q.removeprefix("sparse"))
+        step = torch.arange(support, device=device) * (vocab // support)
+        ids = ((drafts[..., None].long() + step) % vocab).to(torch.int32)
+        counts = torch.full(
+            (batch, K, support), DENOMINATOR // support, dtype=torch.int32, device=device
+        )
+        args.update(q_ids=ids, q_counts=counts, denominator=DENOMINATOR)
+    else:
+        noise = torch.randn(batch, K, vocab, generator=gen, device=device)
+        args["q_dense"] = torch.softmax(logits[:, :K].float() + noise, dim=-1)
+    return args
+
+
+class _NoLaunch:
+    """A stand-in launcher that launches nothing."""
+
+    def __getitem__(self, grid: Any) -> Callable[..., None]:
+        return lambda *args, **kwargs: None
+
+
+@contextmanager
+def without(*names: str) -> Iterator[None]:
+    """Replace the named launch globals of pp3kernels.selector by no-ops for the block."""
+    saved = {name: getattr(selector, name) for name in names}
+    try:
+        for name in names:
+            setattr(selector, name, _NoLaunch())
+        yield
+    finally:
+        for name, kernel in saved.items():
+            setattr(selector, name, kernel)
+
+
+def time_calls(calls: list[Callable[[], Any]], cpu: bool) -> float:
+    """Median µs per call over graphs of ROUNDS calls (NaN on the CPU: each call runs once)."""
+    if cpu:
+        for call in calls:
+            call()
+        return float("nan")
+    graphs = []
+    for start in range(0, len(calls), ROUNDS):
+        group = [calls[(start + r) % len(calls)] for r in range(ROUNDS)]
+        graphs.append(measure.cuda_graph_capture(group)[0])
+    samples = measure.time_replays(
+        graphs, rounds=ROUNDS, warmup=3, replays=REPLAYS, timer=measure.cuda_event_timer
+    )
+    return statistics.median(samples)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cpu", action="store_true", help="smoke test in the interpreter")
+    parser.add_argument("--only", nargs="+", metavar="WORD", help="cases naming one of these")
+    args = parser.parse_args()
+    device, vocab = ("cpu", 3000) if args.cpu else ("cuda", 129_280)
+    l2 = 60 << 20 if args.cpu else torch.cuda.get_device_properties(0).L2_cache_size
+    forms = ("sparse64", "dense") if args.cpu else ("sparse64", "sparse1024", "sparse4096", "dense")
+    rows = []
+    for batch in (4,) if args.cpu else (4, 64):
+        for q in forms:
+            name = f"B{batch} {q}"
+            if args.only and not any(word in name for word in args.only):
+                continue
+            sets = 1 if args.cpu else max(1, -(-2 * l2 // (batch * (K + 1) * vocab * 2)))
+            inputs = [make_inputs(batch, q, i, vocab, device) for i in range(sets)]
+            check = verify_chain(**inputs[0], validate=False)
+            ok = int((check.status == 0).sum())
+            calls = [lambda a=a: verify_chain(**a, validate=False) for a in inputs]
+            full = time_calls(calls, args.cpu)
+            with without("_chain_rescan_kernel", "_chain_finish_kernel"):
+                stats = time_calls(calls, args.cpu)
+            rescan = 0.0
+            if q == "dense":
+                with without("_chain_finish_kernel"):
+                    rescan = time_calls(calls, args.cpu) - stats
+            finish = full - stats - rescan
+            rows.append((name, full, stats, rescan, finish, ok, batch, sets))
+            print(f"{name}: full {full:.2f} us, stats {stats:.2f}, rescan {rescan:.2f}", flush=True)
+            del inputs, calls
+    print(f"{'case':16s} {'full':>9s} {'stats':>9s} {'rescan':>9s} {'finish':>9s}  ok  sets")
+    for name, full, stats, rescan, finish, ok, batch, sets in rows:
+        print(
+            f"{name:16s} {full:9.2f} {stats:9.2f} {rescan:9.2f} {finish:9.2f}  {ok}/{batch} {sets}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
