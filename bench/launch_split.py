@@ -6,9 +6,8 @@ runs every case once at a small V in Triton's interpreter, to check the script i
 Cases: V = 129280 bf16 logits (randn * 4), K = 5, all T1, B in {4, 64}; q as sparse
 supports of S = 64, 1024 and 4096 tokens (C / S each, the draft first, ids V // S apart) and
 as dense rows (softmax of noisy logits); drafts are the greedy tokens with one in three
-requests off by one at row 2 (the inputs of bench/selector_ab.py). For each case, CUDA graphs
-of 10 calls rotating over enough input sets to exceed 2 x L2 (as `pp3 probe`), median of 50
-replays, µs per call:
+requests off by one at row 2 (bench/selector_ab.py's inputs and timing: CUDA graphs of 10
+calls rotating over enough input sets to exceed 2 x L2, median of 100 replays), µs per call:
 
 - full     verify_chain(validate=False)
 - stats    phase 1 alone (the later launches replaced by no-ops)
@@ -28,42 +27,10 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
+from selector_ab import K, make_inputs, time_case  # bench/ is the script's own folder
 
 import pp3kernels.selector as selector
-from pp3cli.timing import measure
 from pp3kernels.selector import verify_chain
-
-K = 5
-DENOMINATOR = 1 << 16
-ROUNDS = 10
-REPLAYS = 50
-
-
-def make_inputs(batch: int, q: str, index: int, vocab: int, device: str) -> dict[str, Any]:
-    """One input set: all-T1 requests, q as ``sparseS`` or ``dense``."""
-    gen = torch.Generator(device=device).manual_seed(7919 * batch + 104729 * index + len(q))
-    logits = (torch.randn(batch, K + 1, vocab, generator=gen, device=device) * 4).bfloat16()
-    drafts = logits.float().argmax(-1)[:, :K].to(torch.int32).contiguous()
-    drafts[1::3, 2] = (drafts[1::3, 2] + 1) % vocab
-    args: dict[str, Any] = dict(
-        logits=logits,
-        draft_tokens=drafts,
-        temperature=torch.ones(batch, device=device),
-        seed=torch.arange(batch, dtype=torch.int64, device=device) + 1000 * index,
-        position=torch.arange(batch, dtype=torch.int64, device=device) * 11 + 100,
-    )
-    if q.startswith("sparse"):
-        support = int(q.removeprefix("sparse"))
-        step = torch.arange(support, device=device) * (vocab // support)
-        ids = ((drafts[..., None].long() + step) % vocab).to(torch.int32)
-        counts = torch.full(
-            (batch, K, support), DENOMINATOR // support, dtype=torch.int32, device=device
-        )
-        args.update(q_ids=ids, q_counts=counts, denominator=DENOMINATOR)
-    else:
-        noise = torch.randn(batch, K, vocab, generator=gen, device=device)
-        args["q_dense"] = torch.softmax(logits[:, :K].float() + noise, dim=-1)
-    return args
 
 
 class _NoLaunch:
@@ -87,19 +54,8 @@ def without(*names: str) -> Iterator[None]:
 
 
 def time_calls(calls: list[Callable[[], Any]], cpu: bool) -> float:
-    """Median µs per call over graphs of ROUNDS calls (NaN on the CPU: each call runs once)."""
-    if cpu:
-        for call in calls:
-            call()
-        return float("nan")
-    graphs = []
-    for start in range(0, len(calls), ROUNDS):
-        group = [calls[(start + r) % len(calls)] for r in range(ROUNDS)]
-        graphs.append(measure.cuda_graph_capture(group)[0])
-    samples = measure.time_replays(
-        graphs, rounds=ROUNDS, warmup=3, replays=REPLAYS, timer=measure.cuda_event_timer
-    )
-    return statistics.median(samples)
+    """Median µs per call, timed as bench/selector_ab.py times (CUDA-graph replays)."""
+    return statistics.median(time_case(calls, cpu))
 
 
 def main() -> int:
@@ -117,7 +73,7 @@ def main() -> int:
             if args.only and not any(word in name for word in args.only):
                 continue
             sets = 1 if args.cpu else max(1, -(-2 * l2 // (batch * (K + 1) * vocab * 2)))
-            inputs = [make_inputs(batch, q, i, vocab, device) for i in range(sets)]
+            inputs = [make_inputs(batch, "T1", q, i, vocab, device) for i in range(sets)]
             check = verify_chain(**inputs[0], validate=False)
             ok = int((check.status == 0).sum())
             calls = [lambda a=a: verify_chain(**a, validate=False) for a in inputs]
