@@ -21,11 +21,16 @@
 #            package to compare with; carry ".base" too)
 #   script   python3 ARGS with the call's remaining time (e.g. bench/launch_split.py, which
 #            times each of the selector's launches alone)
-# Receipts and the manifest are copied to $OUT; the Triton cache is returned as a tarball
-# (TRITON_CACHE_DIR lives in the repository, git-ignored; carry .triton-cache.tgz, the
-# tarball an earlier call returned, and compiled kernels of unchanged source are reused).
+# Receipts and the manifest are copied to $OUT; the Triton cache is returned as a tarball in
+# parts (TRITON_CACHE_DIR lives in the repository, git-ignored; join the parts an earlier
+# call returned into .triton-cache.tgz and carry it, and compiled kernels of unchanged
+# source are reused: the GPU tests' gate spends most of its ~5 minutes compiling).
 # The device machine's .git is the session's starting copy, not this tree's: carry a copy
 # (`cp -r .git .gitcopy`, listed in .git/info/exclude) so receipts record the right commit.
+# A shallow copy is a few MiB instead of the whole history, which leaves room in the 64 MiB
+# that travel for the Triton cache or FlashInfer's wheels:
+#   rm -rf .gitcopy /tmp/shallow && git clone -q --depth 1 "file://$PWD" /tmp/shallow \
+#     && mv /tmp/shallow/.git .gitcopy && cp .git/info/exclude .gitcopy/info/exclude
 set -o pipefail
 [ -d .gitcopy ] && export GIT_DIR=$PWD/.gitcopy GIT_WORK_TREE=$PWD
 start=$(date +%s)
@@ -102,5 +107,13 @@ if [ -n "$tests_pid" ]; then wait "$tests_pid"; say "tests done"; tail -30 "$OUT
 mkdir -p "$OUT/receipts"  # only the receipts this call wrote (8 files come back at most)
 find receipts -maxdepth 1 -name '*.json' -newer "$marker" -exec cp {} "$OUT/receipts/" \;
 cp receipts/MANIFEST.jsonl "$OUT/receipts/"
-tar -czf "$OUT/triton-cache.tgz" -C "$TRITON_CACHE_DIR" . && ls -la "$OUT/triton-cache.tgz"
+# Files come back at 16 MiB each at most: the cache returns in 15 MiB parts, two at most
+# (join them here: cat triton-cache.tgz.part* > .triton-cache.tgz).
+tar -czf /tmp/triton-cache.tgz -C "$TRITON_CACHE_DIR" .
+cache_bytes=$(stat -c %s /tmp/triton-cache.tgz)
+if [ "$cache_bytes" -le $(( 30 * 1024 * 1024 )) ]; then
+  split -b 15m -d /tmp/triton-cache.tgz "$OUT/triton-cache.tgz.part" && ls -la "$OUT"/triton-cache.tgz.part*
+else
+  say "Triton cache of $cache_bytes bytes: too large to return"
+fi
 say "end"
