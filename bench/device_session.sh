@@ -24,7 +24,7 @@
 # Receipts and the manifest are copied to $OUT; the Triton cache is returned as a tarball in
 # parts (TRITON_CACHE_DIR lives in the repository, git-ignored; join the parts an earlier
 # call returned into .triton-cache.tgz and carry it, and compiled kernels of unchanged
-# source are reused: the GPU tests' gate spends most of its ~5 minutes compiling).
+# source are reused; with a cold cache the GPU tests' gate took 295 s on 2026-12-01).
 # The device machine's .git is the session's starting copy, not this tree's: carry a copy
 # (`cp -r .git .gitcopy`, listed in .git/info/exclude) so receipts record the right commit.
 # A shallow copy is a few MiB instead of the whole history, which leaves room in the 64 MiB
