@@ -1235,21 +1235,24 @@ def test_gpu_small_vocabulary_plans_agree_with_reference(vocab: int, q: str, sup
 
 
 @pytest.mark.parametrize(
-    ("q", "support"), [("point", 1), ("sparse", 100), ("sparse", 600), ("dense", 1)], ids=str
+    ("q", "support", "drafts"),
+    [("point", 1, 5), ("sparse", 100, 3), ("sparse", 600, 5), ("dense", 1, 3), ("dense", 1, 5)],
+    ids=str,
 )
-def test_gpu_split_plans_agree_with_reference(q: str, support: int) -> None:
+def test_gpu_split_plans_agree_with_reference(q: str, support: int, drafts: int) -> None:
     """The GPU's split-vocabulary plan (V > 1024: chunks of 2048 tokens, the last one short,
     1024-token draw tiles, the small-batch tile shape), run in the interpreter on six mixed
-    requests: same bits as the reference. S = 600 takes the chunk-by-chunk membership, the
-    acceptance's slot tiles and the scratch-row draw; dense q the rescan launch."""
+    requests with K = 3 (rows = R = 4) or K = 5 (6 rows, R = 8): same bits as the reference.
+    S = 600 takes the chunk-by-chunk membership, the acceptance's slot tiles and the
+    scratch-row draw; dense q the rescan launch."""
     vocab = 4100
-    args = _make(batch=6, drafts=3, vocab=vocab, seed=support + len(q), q=q, support=support)
-    plan = plan_launch(6, 4, vocab, interpreter=False, support=support)
+    args = _make(batch=6, drafts=drafts, vocab=vocab, seed=support + drafts, q=q, support=support)
+    plan = plan_launch(6, drafts + 1, vocab, interpreter=False, support=support)
     assert plan.nsplit == 3 and plan.chunk == 2048 and plan.block_f == 1024
     got = _kernel(args, plan=plan)
     _assert_same(got, _reference(args), args)
     if q != "point":
-        assert int((got.accepted < 3).sum()) > 0  # some request drew from a residual
+        assert int((got.accepted < drafts).sum()) > 0  # some request drew from a residual
 
 
 def test_interpreter_plan_is_one_split() -> None:
