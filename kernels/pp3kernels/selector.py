@@ -106,6 +106,8 @@ class LaunchPlan:
     block_b requests per program (their K+1 rows padded to a power of two form one tile of
     block_b * R rows by block_v tokens), nsplit vocabulary chunks of ``chunk`` tokens each
     (a multiple of block_v and block_f), and block_f tokens per tile of the final draw.
+    With flat_rows = n > 0 (a power of two), phase 1 instead tiles n consecutive rows of
+    the B * (K+1) rows, with no padding rows, and block_b applies to phase 2 only.
     """
 
     block_b: int
@@ -114,6 +116,7 @@ class LaunchPlan:
     chunk: int
     num_warps: int
     block_f: int = 0  # 0: same as block_v
+    flat_rows: int = 0  # 0: phase 1 tiles whole requests, padded to R rows
 
 
 def slot_axis(support: int) -> int:
@@ -182,7 +185,9 @@ def plan_launch(
     block_v = max(_MIN_BLOCK_V, tile // r)
     chunk = max(_CHUNK, triton.cdiv(triton.cdiv(vocab, _MAX_SPLITS), _DRAW_TILE) * _DRAW_TILE)
     nsplit = triton.cdiv(vocab, chunk)
-    return LaunchPlan(1, block_v, nsplit, chunk, warps, _DRAW_TILE)
+    # Phase 1 tiles R consecutive rows of the flat B * (K+1) rows: the same [R, block_v]
+    # tile as one request's rows padded to R, without the padding rows (K = 5: 6 of 8).
+    return LaunchPlan(1, block_v, nsplit, chunk, warps, _DRAW_TILE, flat_rows=r)
 
 
 def verify_chain(
@@ -274,6 +279,8 @@ def verify_chain(
     block_f = plan.block_f or plan.block_v
     if plan.chunk % plan.block_v or plan.chunk % block_f:
         raise ValueError(f"{plan}: chunk must be a multiple of block_v and block_f")
+    if plan.flat_rows < 0 or plan.flat_rows & (plan.flat_rows - 1):
+        raise ValueError(f"{plan}: flat_rows must be 0 or a power of two")
     blocks = triton.cdiv(batch, plan.block_b)
     # Phase 1 writes, phase 2 reads: per (request, row, chunk) max, sum, argmax and flags;
     # both kernels take them, then (B, V, chunk, NSPLIT), in this order.
@@ -300,13 +307,20 @@ def verify_chain(
     else:
         masses = partials[1]
 
-    _chain_stats_kernel[(blocks, plan.nsplit)](
+    if plan.flat_rows:
+        stats_grid = (triton.cdiv(batch * rows, plan.flat_rows), plan.nsplit)
+        stats_rows = {"BLOCK_R": plan.flat_rows, "FLAT": True}
+    else:
+        stats_grid = (blocks, plan.nsplit)
+        stats_rows = {"BLOCK_R": plan.block_b * shape["R"], "FLAT": False}
+    _chain_stats_kernel[stats_grid](
         logits,
         *logits.stride(),
         temperature,
         *partials,
         *split,
         **shape,
+        **stats_rows,
         BLOCK_V=plan.block_v,
         num_warps=plan.num_warps,
     )

@@ -433,6 +433,44 @@ def test_split_plan_random_batch_equals_default_plan(
     assert int((split.accepted < 3).sum()) > 0  # some request stopped on a sampled row
 
 
+@pytest.mark.parametrize(
+    ("form", "batch", "drafts", "flat_rows", "nsplit"),
+    [
+        ("sparse", 5, 3, 1, 1),  # one row per program
+        ("sparse", 5, 3, 8, 4),  # blocks of 8 rows straddle requests of 4; the last is short
+        ("dense", 3, 5, 4, 2),  # 18 rows in blocks of 4
+        ("point", 7, 1, 2, 3),  # K = 1: a request's two rows fill a block exactly
+        ("none", 2, 0, 4, 2),  # K = 0: one row per request, four requests' rows per block
+    ],
+    ids=["sparse-1", "sparse-8x4", "dense-4x2", "point-2x3", "k0-4x2"],
+)
+def test_flat_row_plans_equal_the_reference_and_the_default_plan(
+    form: str, batch: int, drafts: int, flat_rows: int, nsplit: int
+) -> None:
+    """Phase 1 over consecutive flat rows (no padding rows; blocks straddle requests and a
+    T0 and a T1 request may share one): the same partials row by row, so the same bits as
+    the default plan and the reference, at a V (= 30) that no chunk divides."""
+    args = _make(batch=batch, drafts=drafts, vocab=30, seed=17 * batch + flat_rows, q=form)
+    plan = LaunchPlan(
+        block_b=1,
+        block_v=8,
+        nsplit=nsplit,
+        chunk=8 * (-(-30 // (8 * nsplit))),
+        num_warps=4,
+        flat_rows=flat_rows,
+    )
+    flat = _kernel(args, plan=plan)
+    _assert_same(flat, _reference(args), args)
+    _assert_same(flat, _kernel(args), args)
+
+
+def test_flat_rows_must_be_a_power_of_two() -> None:
+    args = _make(batch=2, drafts=1, vocab=30, seed=3)
+    plan = LaunchPlan(block_b=1, block_v=8, nsplit=1, chunk=32, num_warps=4, flat_rows=3)
+    with pytest.raises(ValueError, match="flat_rows must be 0 or a power of two"):
+        _kernel(args, plan=plan)
+
+
 def test_split_plan_wide_support_in_every_chunk_equals_reference() -> None:
     """A 600-token support over five chunks of 400 tokens: the finish kernel sums the
     support's corrections chunk by chunk ([S_P2] tiles, S_P2 * NSPLIT_P2 > 4096) and applies
@@ -1299,20 +1337,20 @@ def test_interpreter_plan_respects_tritons_tile_limit(
 # (batch, rows, vocab, interpreter) -> (block_b, block_v, nsplit, chunk, num_warps, block_f):
 # the launch shapes measured on the H200 (bench/NOTES.md) and the interpreter's, pinned so
 # that a refactor of plan_launch cannot change them unnoticed.
-PINNED_PLANS: dict[tuple[int, int, int, bool], tuple[int, int, int, int, int, int]] = {
-    (1, 6, 129_280, False): (1, 256, 64, 2048, 8, 1024),
-    (64, 6, 129_280, False): (1, 128, 64, 2048, 4, 1024),
-    (16, 6, 129_280, False): (1, 128, 64, 2048, 4, 1024),
-    (15, 6, 129_280, False): (1, 256, 64, 2048, 8, 1024),
-    (4, 2, 129_280, False): (1, 1024, 64, 2048, 8, 1024),
-    (4, 1, 129_280, False): (1, 2048, 64, 2048, 8, 1024),
-    (4, 33, 129_280, False): (1, 64, 64, 2048, 8, 1024),
+PINNED_PLANS: dict[tuple[int, int, int, bool], tuple[int, ...]] = {
+    (1, 6, 129_280, False): (1, 256, 64, 2048, 8, 1024, 8),
+    (64, 6, 129_280, False): (1, 128, 64, 2048, 4, 1024, 8),
+    (16, 6, 129_280, False): (1, 128, 64, 2048, 4, 1024, 8),
+    (15, 6, 129_280, False): (1, 256, 64, 2048, 8, 1024, 8),
+    (4, 2, 129_280, False): (1, 1024, 64, 2048, 8, 1024, 2),
+    (4, 1, 129_280, False): (1, 2048, 64, 2048, 8, 1024, 1),
+    (4, 33, 129_280, False): (1, 64, 64, 2048, 8, 1024, 64),
     (4, 6, 1000, False): (1, 1024, 1, 1024, 4, 1024),
     (4, 6, 5, False): (1, 16, 1, 16, 4, 16),
     (4, 6, 300, False): (1, 512, 1, 512, 4, 512),
-    (4, 6, 1025, False): (1, 256, 1, 2048, 8, 1024),
-    (4, 6, 600_000, False): (1, 256, 196, 3072, 8, 1024),
-    (4, 6, 2_000_000, False): (1, 256, 245, 8192, 8, 1024),
+    (4, 6, 1025, False): (1, 256, 1, 2048, 8, 1024, 8),
+    (4, 6, 600_000, False): (1, 256, 196, 3072, 8, 1024, 8),
+    (4, 6, 2_000_000, False): (1, 256, 245, 8192, 8, 1024, 8),
     (1, 1, 1, True): (1, 1, 1, 1, 4, 1),
     (20_000, 3, 6, True): (8192, 8, 1, 8, 4, 8),
     (128, 3, 1000, True): (128, 1024, 1, 1024, 4, 1024),

@@ -237,24 +237,36 @@ def chain_stats_kernel(
     R: tl.constexpr,
     BLOCK_B: tl.constexpr,
     BLOCK_V: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    FLAT: tl.constexpr,
 ):
-    """Phase 1: per-row partial statistics of one vocabulary chunk for BLOCK_B requests.
+    """Phase 1: per-row partial statistics of one vocabulary chunk for a block of rows.
 
     Writes, for every row (request b, chain row i <= K) and this program's chunk c, at
     [b, i, c] of the [B, K+1, NSPLIT] partials: the chunk max m_c, s_c = sum over the chunk
     of exp((l - m_c)/tau) (T1 rows; T0 rows use tau = 1 and ignore it), the lowest id with
     l = m_c, and the flag bits _FLAG_NAN / _FLAG_POSINF.
+
+    The block of BLOCK_R rows: without FLAT, the K+1 rows of each of BLOCK_B requests,
+    padded to R rows per request (BLOCK_R = BLOCK_B R); with FLAT, BLOCK_R consecutive rows
+    of the B (K+1) rows in request-major order (no padding rows; a block may straddle
+    requests, and its last one may run past the batch, masked).
     """
     pid_b = tl.program_id(0)
     pid_s = tl.program_id(1)
 
-    # One [BLOCK_B * R, BLOCK_V] tile stream over this split's chunk; the R rows of a
-    # request (K+1 of them valid) are loaded together so that their latencies overlap.
-    BLOCK_R: tl.constexpr = BLOCK_B * R
+    # One [BLOCK_R, BLOCK_V] tile stream over this split's chunk; the block's rows are
+    # loaded together so that their latencies overlap.
     offs_r = tl.arange(0, BLOCK_R)
-    req = pid_b * BLOCK_B + offs_r // R
-    row = offs_r % R
-    mask_r = (req < B) & (row <= K)
+    if FLAT:
+        flat = pid_b * BLOCK_R + offs_r
+        req = flat // (K + 1)
+        row = flat % (K + 1)
+        mask_r = req < B
+    else:
+        req = pid_b * BLOCK_B + offs_r // R
+        row = offs_r % R
+        mask_r = (req < B) & (row <= K)
     req64 = req.to(tl.int64)
     tau_r = tl.load(temp_ptr + req, mask=mask_r, other=0.0)
     t1_r, inv_tau_r = _temperature(tau_r)
