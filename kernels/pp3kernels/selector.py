@@ -85,6 +85,12 @@ _TILE_ELEMENTS = 2048
 _NUM_WARPS_SMALL_BATCH = 8
 _MIN_BLOCK_V = 64
 _DRAW_TILE = 1024  # block_f: tokens per tile of the final draw (phase 2)
+# Tiles per phase-1 step of a sampled-only program, loaded as one [rows, groups, block_v]
+# tile and folded into each lane with one rescale (bench/NOTES.md, "what bounds phase 1":
+# at B = 64, 4 groups of [8, 128] read at 2.9 TB/s against 2.6 for 2 groups of the same
+# tiles, and the small-batch [8, 256] tiles with 8 warps keep 2 groups, the faster there).
+_GROUPS = 2
+_GROUPS_LARGE_BATCH = 4
 _NUM_WARPS = 4  # interpreter and small-vocabulary plans, and every finish launch
 # Phase 2 pads its chunk axis to a power of two of at least 8: Triton 3.6 fails to lower the
 # fp64 cumulative sum over that axis on sm_90 when it is too short (a ScanOpToLLVM assertion
@@ -107,7 +113,9 @@ class LaunchPlan:
     block_b * R rows by block_v tokens), nsplit vocabulary chunks of ``chunk`` tokens each
     (a multiple of block_v and block_f), and block_f tokens per tile of the final draw.
     With flat_rows = n > 0 (a power of two), phase 1 instead tiles n consecutive rows of
-    the B * (K+1) rows, with no padding rows, and block_b applies to phase 2 only.
+    the B * (K+1) rows, with no padding rows, and block_b applies to phase 2 only. Phase 1's
+    sampled-only programs load ``groups`` (a power of two >= 2) such tiles per step, as one
+    [rows, groups, block_v] tile, and fold them into each lane with one rescale.
     """
 
     block_b: int
@@ -117,6 +125,7 @@ class LaunchPlan:
     num_warps: int
     block_f: int = 0  # 0: same as block_v
     flat_rows: int = 0  # 0: phase 1 tiles whole requests, padded to R rows
+    groups: int = 2  # tiles per phase-1 step of a sampled-only program
 
 
 def slot_axis(support: int) -> int:
@@ -132,7 +141,7 @@ def split_axis(nsplit: int) -> int:
 def _tile_elements_per_request(r: int, block_v: int, support: int, nsplit: int) -> int:
     """The largest tile either kernel holds, per request of a program (R = r rows).
 
-    Phase 1: [R, block_v]. Phase 2: the partials [R, NSPLIT_P2]; sparse q's slots
+    Phase 1: [R, _GROUPS, block_v]. Phase 2: the partials [R, NSPLIT_P2]; sparse q's slots
     [R, S_P2] (in tiles of MAX_SLOT_TILE slots above that) and, for S_P2 <= 16, the
     pairwise duplicate check [R, S_P2, S_P2]; the
     support's chunk membership [S_P2, NSPLIT_P2] (or [S_P2], chunk by chunk, above
@@ -143,7 +152,7 @@ def _tile_elements_per_request(r: int, block_v: int, support: int, nsplit: int) 
     n_p2 = split_axis(nsplit)
     membership = s_p2 * n_p2 if s_p2 * n_p2 <= MAX_MEMBERSHIP_TILE else s_p2
     slot_tile = min(s_p2, MAX_SLOT_TILE)
-    return max(r * block_v, r * n_p2, r * slot_tile * pairwise, membership)
+    return max(r * _GROUPS * block_v, r * n_p2, r * slot_tile * pairwise, membership)
 
 
 def plan_launch(
@@ -179,15 +188,19 @@ def plan_launch(
         block_v = max(_SMALL_MIN_BLOCK_V, triton.next_power_of_2(vocab))
         return LaunchPlan(1, block_v, 1, block_v, _NUM_WARPS, block_v)
     if batch >= _LARGE_BATCH:
-        tile, warps = _TILE_ELEMENTS_LARGE_BATCH, _NUM_WARPS_LARGE_BATCH
+        tile, warps, groups = (
+            _TILE_ELEMENTS_LARGE_BATCH,
+            _NUM_WARPS_LARGE_BATCH,
+            _GROUPS_LARGE_BATCH,
+        )
     else:
-        tile, warps = _TILE_ELEMENTS, _NUM_WARPS_SMALL_BATCH
+        tile, warps, groups = _TILE_ELEMENTS, _NUM_WARPS_SMALL_BATCH, _GROUPS
     block_v = max(_MIN_BLOCK_V, tile // r)
     chunk = max(_CHUNK, triton.cdiv(triton.cdiv(vocab, _MAX_SPLITS), _DRAW_TILE) * _DRAW_TILE)
     nsplit = triton.cdiv(vocab, chunk)
     # Phase 1 tiles R consecutive rows of the flat B * (K+1) rows: the same [R, block_v]
     # tile as one request's rows padded to R, without the padding rows (K = 5: 6 of 8).
-    return LaunchPlan(1, block_v, nsplit, chunk, warps, _DRAW_TILE, flat_rows=r)
+    return LaunchPlan(1, block_v, nsplit, chunk, warps, _DRAW_TILE, flat_rows=r, groups=groups)
 
 
 def verify_chain(
@@ -281,6 +294,8 @@ def verify_chain(
         raise ValueError(f"{plan}: chunk must be a multiple of block_v and block_f")
     if plan.flat_rows < 0 or plan.flat_rows & (plan.flat_rows - 1):
         raise ValueError(f"{plan}: flat_rows must be 0 or a power of two")
+    if plan.groups < 2 or plan.groups & (plan.groups - 1):
+        raise ValueError(f"{plan}: groups must be a power of two >= 2")
     blocks = triton.cdiv(batch, plan.block_b)
     # Phase 1 writes, phase 2 reads: per (request, row, chunk) max, sum, argmax and flags;
     # both kernels take them, then (B, V, chunk, NSPLIT), in this order.
@@ -322,6 +337,7 @@ def verify_chain(
         **shape,
         **stats_rows,
         BLOCK_V=plan.block_v,
+        GROUPS=plan.groups,
         num_warps=plan.num_warps,
     )
     # The finish kernel's arguments up to its outputs, which the rescan kernel takes too.

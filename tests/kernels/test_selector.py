@@ -22,6 +22,7 @@ import torch
 from layout import assert_uniform_layout
 from scipy.stats import power_divergence
 
+import pp3kernels.selector as selector_module
 from pp3kernels.contract import (
     STATUS_ALL_MASKED,
     STATUS_BAD_DRAFT,
@@ -693,10 +694,19 @@ def test_a_request_alone_or_in_another_batch_gives_the_same_tokens() -> None:
     _assert_same(_kernel(_select(args, subset)), ChainResult(*(t[subset] for t in result)))
 
 
+# Phase 1 in four-group steps over flat rows (sampled-only programs flag NaN from their lane
+# sums, not per element): two chunks of 24 tokens at V = 37, the second step of the first
+# chunk half past its end.
+_FOUR_GROUPS = LaunchPlan(
+    block_b=8, block_v=4, nsplit=2, chunk=24, num_warps=4, block_f=8, flat_rows=8, groups=4
+)
+
+
+@pytest.mark.parametrize("plan", [None, _FOUR_GROUPS], ids=["default", "four-groups"])
 @pytest.mark.parametrize("greedy_share", [0.25, 0.0], ids=["mixed", "all-t1"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_statuses_in_any_row_and_other_requests_unaffected(
-    dtype: torch.dtype, greedy_share: float
+    dtype: torch.dtype, greedy_share: float, plan: LaunchPlan | None
 ) -> None:
     args = _make(batch=64, drafts=3, vocab=37, seed=61, dtype=dtype, greedy_share=greedy_share)
     clean = _reference(args)
@@ -730,7 +740,7 @@ def test_statuses_in_any_row_and_other_requests_unaffected(
         32: STATUS_NAN,
     }
     corrupted = {**args, "logits": logits}
-    got = _kernel(corrupted)
+    got = _kernel(corrupted, plan=plan)
     _assert_same(got, _reference(corrupted), corrupted)
     assert int(got.status[33]) == STATUS_OK and int(got.tokens[33, int(got.accepted[33])]) == 0
     for b in range(64):
@@ -1293,6 +1303,134 @@ def test_gpu_split_plans_agree_with_reference(q: str, support: int, drafts: int)
         assert int((got.accepted < drafts).sum()) > 0  # some request drew from a residual
 
 
+@pytest.mark.parametrize(("q", "support"), [("point", 1), ("sparse", 100)], ids=str)
+def test_gpu_large_batch_plan_agrees_with_reference(q: str, support: int) -> None:
+    """The GPU's plan from B = 16 on (phase 1 over flat rows in [8, 128] tiles, four of them
+    a step in sampled-only programs; 2048-token chunks, the last one 4 tokens), run in the
+    interpreter on 16 all-sampled requests with K = 5: same bits as the reference."""
+    vocab = 4100
+    args = _make(
+        batch=16, drafts=5, vocab=vocab, seed=support + 41, q=q, support=support, greedy_share=0.0
+    )
+    plan = plan_launch(16, 6, vocab, interpreter=False, support=support)
+    assert (plan.groups, plan.flat_rows, plan.block_v, plan.nsplit) == (4, 8, 128, 3)
+    got = _kernel(args, plan=plan)
+    _assert_same(got, _reference(args), args)
+    assert int((got.accepted < 5).sum()) > 0  # some request drew from a residual
+
+
+def test_groups_must_be_a_power_of_two_of_at_least_two() -> None:
+    args = _make(batch=2, drafts=1, vocab=30, seed=3)
+    for groups in (1, 3):
+        plan = LaunchPlan(block_b=1, block_v=8, nsplit=1, chunk=32, num_warps=4, groups=groups)
+        with pytest.raises(ValueError, match="groups must be a power of two >= 2"):
+            _kernel(args, plan=plan)
+
+
+class _RecordingLaunch:
+    """Launches the wrapped kernel and keeps the positional arguments of its last launch."""
+
+    def __init__(self, kernel: Any) -> None:
+        self.kernel, self.args = kernel, ()
+
+    def __getitem__(self, grid: Any) -> Any:
+        def launch(*args: Any, **meta: Any) -> None:
+            self.args = args
+            self.kernel[grid](*args, **meta)
+
+        return launch
+
+
+class _NoLaunch:
+    def __getitem__(self, grid: Any) -> Any:
+        return lambda *args, **meta: None
+
+
+@pytest.mark.parametrize("greedy_share", [0.0, 0.5, 1.0], ids=["t1", "mixed", "t0"])
+@pytest.mark.parametrize("batch_plan", [None, 4, 16], ids=["interpreter", "gpu-b4", "gpu-b16"])
+def test_phase1_partials_combine_to_each_rows_statistics(
+    monkeypatch: pytest.MonkeyPatch, batch_plan: int | None, greedy_share: float
+) -> None:
+    """Phase 1 alone, under the interpreter's plan and the GPU's small- and large-batch plans
+    (two and four groups a step): its per-chunk partials, combined in fp64, give every T1
+    row's sum of exp((l - m)/tau) within a relative 1e-5 of fp64 torch over the same fp32
+    logits, and every row's max and every T0 row's first argmax exactly. (A temperature off
+    by 1e-4 in phase 1's exponent shows here long before it shows in emitted tokens.)"""
+    vocab, drafts = 4100, 5
+    args = _make(
+        batch=16, drafts=drafts, vocab=vocab, seed=97, q="point", greedy_share=greedy_share
+    )
+    args["temperature"] = torch.where(
+        args["temperature"] > 0, torch.linspace(0.3, 3.0, 16), args["temperature"]
+    )
+    plan = None
+    if batch_plan is not None:
+        plan = plan_launch(batch_plan, drafts + 1, vocab, interpreter=False)
+    stats = _RecordingLaunch(selector_module._chain_stats_kernel)
+    monkeypatch.setattr(selector_module, "_chain_stats_kernel", stats)
+    monkeypatch.setattr(selector_module, "_chain_finish_kernel", _NoLaunch())
+    _kernel(args, plan=plan)
+    part_max, part_sum, part_arg = (t.double() for t in stats.args[5:8])
+    x = args["logits"].double()
+    row_max = x.amax(dim=2)
+    assert torch.equal(part_max.amax(dim=2), row_max)
+    tau = args["temperature"].double()[:, None]
+    t1 = (tau > 0).expand_as(row_max)
+    inv_tau = torch.where(tau > 0, 1.0 / tau, 1.0)
+    scale = torch.exp((part_max - row_max[..., None]) * inv_tau[..., None])
+    got = (part_sum * torch.where(part_max > NEG, scale, 0.0)).sum(dim=2)
+    want = torch.exp((x - row_max[..., None]) * inv_tau[..., None]).sum(dim=2)
+    error = ((got - want).abs() / want)[t1]
+    assert bool((error < 1e-5).all()), float(error.max())
+    first = torch.where(part_max == row_max[..., None], part_arg, float(2**30)).amin(dim=2)
+    assert torch.equal(first[~t1].long(), x.argmax(dim=2)[~t1])
+    # The batch takes the path it names: sampled-only, mixed or greedy-only programs.
+    assert bool(t1.any()) == (greedy_share < 1.0) and bool(t1.all()) == (greedy_share == 0.0)
+
+
+@pytest.mark.parametrize("groups", [2, 4])
+def test_greedy_ties_in_mixed_grouped_blocks_take_the_lowest_id(groups: int) -> None:
+    """Greedy rows that share a phase-1 block with sampled rows (flat rows, GROUPS tiles a
+    step): a row max held by several ids gives the lowest, whether the ids sit in one lane's
+    groups of one step, in one lane across steps, in different lanes or chunks, or are
+    -0.0 and +0.0. Lanes of 4 tokens, steps of 4 * groups tokens, chunks of 32."""
+    vocab, lanes = 64, 4
+    patterns = [  # (ids holding the max, max value, the first id)
+        ([9, 5], 5.0, 5),  # lane 1: groups 1 and 2 of step 0 (groups = 4)
+        ([17, 13], 5.0, 13),  # lane 1: group 3 of step 0, then group 0 of step 1
+        ([40, 6, 3], 5.0, 3),  # other lanes, the other chunk
+        ([9, 5], 0.0, 5),  # -0.0 at 5, +0.0 at 9: signed zeros tie
+        ([2 + lanes * groups, 2], 7.0, 2),  # lane 2: one step apart, whatever groups is
+    ]
+    batch = 2 * len(patterns)
+    generator = torch.Generator().manual_seed(groups)
+    logits = torch.rand((batch, 2, vocab), generator=generator) - 2.0
+    for i, (ids, value, _) in enumerate(patterns):
+        logits[2 * i, 0, ids] = value
+        if value == 0.0:
+            logits[2 * i, 0, ids[1]] = -0.0
+    temperature = torch.tensor([0.0, 1.0] * len(patterns))
+    drafts = torch.full((batch, 1), vocab - 1, dtype=torch.int32)  # never a row max
+    q_ids, q_counts = point_mass_q(drafts, 16)
+    args: Args = dict(
+        logits=logits,
+        draft_tokens=drafts,
+        temperature=temperature,
+        seed=torch.arange(batch, dtype=torch.int64),
+        position=torch.zeros(batch, dtype=torch.int64),
+        q_ids=q_ids,
+        q_counts=q_counts,
+        denominator=16,
+    )
+    plan = LaunchPlan(
+        block_b=1, block_v=lanes, nsplit=2, chunk=32, num_warps=4, flat_rows=8, groups=groups
+    )
+    got = _kernel(args, plan=plan)
+    _assert_same(got, _reference(args), args)
+    for i, (_, _, first) in enumerate(patterns):
+        assert int(got.tokens[2 * i, 0]) == first, patterns[i]
+
+
 def test_interpreter_plan_is_one_split() -> None:
     """The plans the tests above rely on: one split, up to 8192 requests per program."""
     plan = plan_launch(20_000, 3, 6, interpreter=True)
@@ -1339,8 +1477,8 @@ def test_interpreter_plan_respects_tritons_tile_limit(
 # that a refactor of plan_launch cannot change them unnoticed.
 PINNED_PLANS: dict[tuple[int, int, int, bool], tuple[int, ...]] = {
     (1, 6, 129_280, False): (1, 256, 64, 2048, 8, 1024, 8),
-    (64, 6, 129_280, False): (1, 128, 64, 2048, 4, 1024, 8),
-    (16, 6, 129_280, False): (1, 128, 64, 2048, 4, 1024, 8),
+    (64, 6, 129_280, False): (1, 128, 64, 2048, 4, 1024, 8, 4),
+    (16, 6, 129_280, False): (1, 128, 64, 2048, 4, 1024, 8, 4),
     (15, 6, 129_280, False): (1, 256, 64, 2048, 8, 1024, 8),
     (4, 2, 129_280, False): (1, 1024, 64, 2048, 8, 1024, 2),
     (4, 1, 129_280, False): (1, 2048, 64, 2048, 8, 1024, 1),
@@ -1357,7 +1495,7 @@ PINNED_PLANS: dict[tuple[int, int, int, bool], tuple[int, ...]] = {
     (5, 6, 2100, True): (8, 1024, 1, 3072, 4, 1024),
     (9000, 3, 8, True): (8192, 8, 1, 8, 4, 8),
     (4, 6, 8192, True): (4, 1024, 1, 8192, 4, 1024),
-    (512, 4, 32_768, True): (256, 1024, 4, 8192, 4, 1024),
+    (512, 4, 32_768, True): (128, 1024, 4, 8192, 4, 1024),
     (4, 6, 129_280, True): (4, 1024, 16, 8192, 4, 1024),
 }
 

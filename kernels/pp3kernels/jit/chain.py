@@ -84,6 +84,9 @@ _BIG_INDEX = tl.constexpr(2**30)
 _FLAG_NAN = tl.constexpr(1)
 _FLAG_POSINF = tl.constexpr(2)
 
+# log2(e): phase 1's sampled-only update takes exp2 of (x - m) log2(e) / tau.
+_LOG2E = tl.constexpr(1.4426950408889634)
+
 # Cancellation guard of the residual chunk masses: 2^-18 = 64 u, u = 2^-24 the fp32 unit
 # roundoff. A chunk mass M from the partials is an fp32 value: each of its terms passes
 # through the n online steps of its lane (an exponential of a few u and an add or a rescale
@@ -164,25 +167,6 @@ def _load_tile(logits_ptr, row_off, offs_v, mask_r, chunk_end, stride_lv):
 
 
 @triton.jit
-def _sampled_update(x, offs_v, run_max, run_sum, run_arg, run_nan, inv_tau, track_arg):
-    """Per-lane online max / sum of exp((x - m)/tau) with one exponential per element.
-
-    If x > m: s <- s exp((m - x)/tau) + 1 and m <- x; else s <- s + exp((x - m)/tau).
-    -inf adds nothing; a NaN never wins ``x > m`` and turns s into NaN (flagged separately).
-    The first argmax is tracked too where ``track_arg`` (the tile also holds greedy rows).
-    """
-    run_nan = run_nan | (x != x)
-    gt = x > run_max
-    diff = tl.where(gt, run_max - x, x - run_max)
-    e = tl.exp(diff * inv_tau[:, None])
-    run_sum = tl.where(gt, run_sum * e + 1.0, tl.where(x == float("-inf"), run_sum, run_sum + e))
-    if track_arg > 0:
-        run_arg = tl.where(gt, offs_v[None, :], run_arg)
-    run_max = tl.where(gt, x, run_max)
-    return run_max, run_sum, run_arg, run_nan
-
-
-@triton.jit
 def _greedy_update(x, offs_v, run_max, run_arg, run_nan):
     """Per-lane running max and its first index (strict >: the lowest id wins ties)."""
     run_nan = run_nan | (x != x)
@@ -193,28 +177,55 @@ def _greedy_update(x, offs_v, run_max, run_arg, run_nan):
 
 
 @triton.jit
-def _sampled_pair_update(x_a, x_b, run_max, run_sum, run_nan, inv_tau):
-    """Per-lane online max / sum for two tiles at once, in sampled-only programs.
+def _load_groups(logits_ptr, row_off, offs_g, mask_r, chunk_end, stride_lv):
+    """One [rows, GROUPS, BLOCK_V] tile of logits as fp32 (``offs_g``: [1, GROUPS, BLOCK_V]
+    token ids); -inf outside the chunk and in masked rows."""
+    mask = mask_r[:, None, None] & (offs_g < chunk_end)
+    ptrs = logits_ptr + row_off[:, None, None] + offs_g.to(tl.int64) * stride_lv
+    return tl.load(ptrs, mask=mask, other=float("-inf")).to(tl.float32)
 
-    m' = max(m, x_a, x_b); s' = s exp((m - m')/tau) + exp((x_a - m')/tau) + exp((x_b - m')/tau):
-    one rescale per lane per pair, one subtraction, multiplication, exponential and add per
-    element (the one-at-a-time update needs a compare, two selects and a branch-free
-    rescale per element). Exponentials are taken against a finite reference m_ref = m'
-    (0 where m' is +-inf), so -inf adds exactly 0 and no inf - inf is formed; a row whose
-    max is +inf is reported POSINF and its sum is never used. A NaN never wins the max and
-    is flagged by ``run_nan``.
+
+@triton.jit
+def _group_first_argmax(x, lane_ids, run_max, run_arg):
+    """The running first argmax of each lane before a [rows, GROUPS, BLOCK_V] tile is folded
+    in: the tile's max over the groups and, where it beats the lane's max (strict >, so an
+    earlier step keeps a tie), the lowest group holding it (``lane_ids``: [BLOCK_V], the
+    token id of group 0 of each lane; group g holds lane_ids + g BLOCK_V). Returns
+    (tile max, new run_arg)."""
+    tile_max, group = tl.max(x, axis=1, return_indices=True, return_indices_tie_break_left=True)
+    ids = lane_ids[None, :] + group * x.shape[2]
+    return tile_max, tl.where(tile_max > run_max, ids, run_arg)
+
+
+@triton.jit
+def _finite(x):
+    return (x != float("-inf")) & (x != float("inf"))
+
+
+@triton.jit
+def _sampled_group_update(x, tile_max, run_max, run_sum, scale):
+    """Per-lane online max / sum for a [rows, GROUPS, BLOCK_V] tile (``tile_max``: its max
+    over the groups, [rows, BLOCK_V]).
+
+    With c = log2(e) / tau (``scale``, [rows, 1]) and the GROUPS tokens x_g of a lane:
+    m' = max(m, max_g x_g); s' = s 2^((m - m') c) + sum_g 2^((x_g - m') c). That is one
+    rescale per lane per step and, per element, a subtraction, a multiplication, an exp2
+    and an add (x - m' is exact for bf16 and fp16 logits). Exponentials are taken against a
+    finite reference (0 where m' is +-inf), so -inf adds exactly 0 and no inf - inf forms.
+
+    NaN needs no test per element: exp2(NaN) = NaN enters the lane's sum, and nothing turns
+    a NaN sum back (every factor and term is otherwise >= 0, and s = 0 only while m = -inf,
+    where the rescale is 0, not +inf), so the lane saw a NaN iff its sum is NaN at the end.
+    A row whose max is +inf is reported POSINF and its sum is never used. Greedy rows that
+    share the tile (tau = 0: c = log2(e)) get a finite sum too, used for this flag only.
     """
-    run_nan = run_nan | (x_a != x_a) | (x_b != x_b)
-    new_max = tl.maximum(run_max, tl.maximum(x_a, x_b))
-    finite = (new_max != float("-inf")) & (new_max != float("inf"))
-    m_ref = tl.where(finite, new_max, 0.0)
-    old_ref = tl.where((run_max != float("-inf")) & (run_max != float("inf")), run_max, 0.0)
-    it = inv_tau[:, None]
-    rescale = tl.where(run_max == float("-inf"), 0.0, tl.exp((old_ref - m_ref) * it))
-    e_a = tl.exp((x_a - m_ref) * it)
-    e_b = tl.exp((x_b - m_ref) * it)
-    run_sum = run_sum * rescale + (e_a + e_b)
-    return new_max, run_sum, run_nan
+    new_max = tl.maximum(run_max, tile_max)
+    m_ref = tl.where(_finite(new_max), new_max, 0.0)
+    old_ref = tl.where(_finite(run_max), run_max, 0.0)
+    rescale = tl.where(run_max == float("-inf"), 0.0, tl.math.exp2((old_ref - m_ref) * scale))
+    e = tl.math.exp2((x - m_ref[:, None, :]) * scale[:, :, None])
+    run_sum = run_sum * rescale + tl.sum(e, axis=1)
+    return new_max, run_sum
 
 
 # NSPLIT stays a runtime value even when it is 1: one code path for every split count.
@@ -239,6 +250,7 @@ def chain_stats_kernel(
     BLOCK_V: tl.constexpr,
     BLOCK_R: tl.constexpr,
     FLAT: tl.constexpr,
+    GROUPS: tl.constexpr,
 ):
     """Phase 1: per-row partial statistics of one vocabulary chunk for a block of rows.
 
@@ -280,33 +292,30 @@ def chain_stats_kernel(
     run_sum = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.float32)
     run_arg = tl.full([BLOCK_R, BLOCK_V], _BIG_INDEX, dtype=tl.int32)
     run_nan = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int1)
-    if (any_t1 > 0) & (any_t0 == 0):
-        # Sampled rows only: both tiles' lanes folded into (max, sum) with one rescale.
-        for v0 in range(0, CHUNK, 2 * BLOCK_V):
-            offs_a = chunk_start + v0 + lane
-            offs_b = offs_a + BLOCK_V
-            x_a = _load_tile(logits_ptr, row_off, offs_a, mask_r, chunk_end, stride_lv)
-            x_b = _load_tile(logits_ptr, row_off, offs_b, mask_r, chunk_end, stride_lv)
-            run_max, run_sum, run_nan = _sampled_pair_update(
-                x_a, x_b, run_max, run_sum, run_nan, inv_tau_r
-            )
-        # The first argmax is never read for T1 rows; the lane max's id is not tracked.
-    elif any_t1 > 0:
-        # Sampled rows: running max and sum of exp((x - m)/tau) with ONE exponential per
-        # element (the side that lost is scaled by exp(-|x - m|/tau)); argmax only if the
-        # tile also holds greedy rows.
-        for v0 in range(0, CHUNK, 2 * BLOCK_V):
-            # Two tiles in flight per step: both loads are issued before either is used.
-            offs_a = chunk_start + v0 + lane
-            offs_b = offs_a + BLOCK_V
-            x_a = _load_tile(logits_ptr, row_off, offs_a, mask_r, chunk_end, stride_lv)
-            x_b = _load_tile(logits_ptr, row_off, offs_b, mask_r, chunk_end, stride_lv)
-            run_max, run_sum, run_arg, run_nan = _sampled_update(
-                x_a, offs_a, run_max, run_sum, run_arg, run_nan, inv_tau_r, any_t0
-            )
-            run_max, run_sum, run_arg, run_nan = _sampled_update(
-                x_b, offs_b, run_max, run_sum, run_arg, run_nan, inv_tau_r, any_t0
-            )
+    if any_t1 > 0:
+        # Sampled rows: GROUPS tiles a step, in one load, folded into each lane with one
+        # rescale and no NaN test per element (a NaN shows in its lane's sum). The first
+        # argmax only where the block also holds greedy rows (never read for T1 rows).
+        offs_g = tl.arange(0, GROUPS)[None, :, None] * BLOCK_V + lane[None, None, :]
+        scale = (inv_tau_r * _LOG2E)[:, None]
+        if any_t0 == 0:
+            for v0 in range(0, CHUNK, GROUPS * BLOCK_V):
+                x = _load_groups(
+                    logits_ptr, row_off, chunk_start + v0 + offs_g, mask_r, chunk_end, stride_lv
+                )
+                run_max, run_sum = _sampled_group_update(
+                    x, tl.max(x, axis=1), run_max, run_sum, scale
+                )
+        else:
+            for v0 in range(0, CHUNK, GROUPS * BLOCK_V):
+                x = _load_groups(
+                    logits_ptr, row_off, chunk_start + v0 + offs_g, mask_r, chunk_end, stride_lv
+                )
+                tile_max, run_arg = _group_first_argmax(
+                    x, chunk_start + v0 + lane, run_max, run_arg
+                )
+                run_max, run_sum = _sampled_group_update(x, tile_max, run_max, run_sum, scale)
+        run_nan = run_sum != run_sum
     else:
         # Greedy rows only: max and first argmax per lane, nothing else.
         for v0 in range(0, CHUNK, 2 * BLOCK_V):
@@ -318,7 +327,7 @@ def chain_stats_kernel(
             run_max, run_arg, run_nan = _greedy_update(x_b, offs_b, run_max, run_arg, run_nan)
     row_max, row_sum = _combine_max_sum(run_max, run_sum, inv_tau_r[:, None], 1)
     row_arg = _first_argmax(run_max, run_arg, row_max, 1)
-    # A NaN never wins `x > m`, so it shows only in run_nan; +inf shows as the maximum.
+    # A NaN never wins a max, so it shows only in run_nan; +inf shows as the maximum.
     row_flag = tl.max(run_nan.to(tl.int32), axis=1) | tl.where(
         row_max == float("inf"), _FLAG_POSINF, 0
     )
