@@ -856,9 +856,10 @@ def _chain_stop(
     """Phase 2, steps 1-2 for the requests ``offs_b``: their rows' statistics from the
     partials and the chain's stop row. Both phase-2 kernels run it, so that they agree.
 
-    Returns (status, stop_row, draft, resid, stop_max, stop_sum, final, at_stop, p_max,
-    p_sum): the request's status; its stop row (= its accepted count); the draft rows;
-    whether the stop row rejected a draft (the draw samples (p - q)+ there); the stop row's
+    Returns (status, stop_row, draft, need_sample, resid, stop_max, stop_sum, final,
+    at_stop, p_max, p_sum): the request's status; its stop row (= its accepted count); the
+    draft rows; whether its stop row is drawn (an OK T1 request); whether, drawn, the stop
+    row rejected a draft (the draw samples (p - q)+ there); the stop row's
     max m and sum s; the greedy token of the stop row (-1 for T1); the stop row's mask over
     the [BLOCK_B, R] rows; and the partials' max and sum, [BLOCK_B, R, NSPLIT_P2].
     """
@@ -928,12 +929,27 @@ def _chain_stop(
     bad_any = tl.max(bad.to(tl.int32), axis=1)
     status = tl.where((status == _STATUS_OK) & (bad_any != 0), _STATUS_BAD_DRAFT, status)
     stop_draft = tl.sum(tl.where(at_stop & drow, draft, 0), axis=1)
-    resid = (stop_row < K) & (stop_draft >= 0)  # a rejected draft: sample (p - q)+
+    # The requests whose stop row is drawn (T1 and OK), and among them those whose stop row
+    # rejected a draft, drawn from (p - q)+: both phase-2 kernels take these from here.
+    need_sample = mask_b & is_t1 & (status == _STATUS_OK)
+    resid = need_sample & (stop_row < K) & (stop_draft >= 0)
     stop_max = tl.sum(tl.where(at_stop, r_max, 0.0), axis=1)
     stop_sum = tl.sum(tl.where(at_stop, r_sum, 0.0), axis=1)
     final = tl.sum(tl.where(at_stop, greedy, 0), axis=1)
     final = tl.where(is_t1, _NO_TOKEN, final)
-    return status, stop_row, draft, resid, stop_max, stop_sum, final, at_stop, p_max, p_sum
+    return (
+        status,
+        stop_row,
+        draft,
+        need_sample,
+        resid,
+        stop_max,
+        stop_sum,
+        final,
+        at_stop,
+        p_max,
+        p_sum,
+    )
 
 
 @triton.jit
@@ -1049,7 +1065,7 @@ def chain_rescan_kernel(
     offs_b, mask_b, is_t1, inv_tau, seed, position = _requests(
         pid_b, B, temp_ptr, seed_ptr, pos_ptr, BLOCK_B
     )
-    status, stop_row, _draft, resid, stop_max, stop_sum, _final, _at_stop, _pm, _ps = _chain_stop(
+    status, stop_row, _draft, _need, walk, stop_max, stop_sum, _fin, _at, _pm, _ps = _chain_stop(
         logits,
         (draft_ptr, stride_db, stride_dk),
         q_sparse,
@@ -1072,7 +1088,6 @@ def chain_rescan_kernel(
         NSPLIT_P2,
         BLOCK_B,
     )
-    walk = mask_b & is_t1 & (status == _STATUS_OK) & resid
     if tl.max(walk.to(tl.int32), axis=0) > 0:
         row, q = _stop_views(
             logits,
@@ -1164,7 +1179,19 @@ def chain_finish_kernel(
         pid_b, B, temp_ptr, seed_ptr, pos_ptr, BLOCK_B
     )
     offs_b64 = offs_b.to(tl.int64)
-    status, stop_row, draft, resid, stop_max, stop_sum, final, at_stop, p_max, p_sum = _chain_stop(
+    (
+        status,
+        stop_row,
+        draft,
+        need_sample,
+        resid,
+        stop_max,
+        stop_sum,
+        final,
+        at_stop,
+        p_max,
+        p_sum,
+    ) = _chain_stop(
         logits,
         (draft_ptr, stride_db, stride_dk),
         q_sparse,
@@ -1194,9 +1221,7 @@ def chain_finish_kernel(
     split_ok = splits < NSPLIT
 
     # ---- 3. T1: draw the stop row's token: a CHUNK by inverse CDF, a tile, then a token.
-    need_sample = mask_b & is_t1 & (status == _STATUS_OK)
     if tl.max(need_sample.to(tl.int32), axis=0) > 0:
-        resid = resid & need_sample
         row, q = _stop_views(
             logits,
             q_sparse,
