@@ -1,11 +1,12 @@
 """What bounds phase 1: the statistics pass alone, across tile shapes and update variants.
 
-Run on the device machine (`python3 bench/phase1_sweep.py [--out DIR] [--quick]`); `--cpu`
+Run on the device machine (`python3 bench/phase1_sweep.py [--out DIR] [--quick] [--only-a]`,
+the last for part A alone, about a minute); `--cpu`
 runs a few variants once at V = 3000 in Triton's interpreter and checks them against torch,
 to test the script itself.
 
 Part A, the selector as it is: ``verify_chain(validate=False)`` on point drafts, K = 5,
-B in {1, 4, 16, 64, 256, 1024}, all T1 and all T0, under the default plan and under the
+B in {1, 4, 16, 64, 256, 1024}, all T1, all T0 and half, under the default plan and under the
 same plan with phase 1 tiling whole requests padded to R rows (``flat_rows = 0``): the
 full call, and phase 1 alone (the finish launch swapped for a no-op); outputs of the two
 plans compared bit for bit.
@@ -251,7 +252,7 @@ def part_a(batches: tuple[int, ...], vocab: int, device: str, l2: int, cpu: bool
     """The selector's own launches: full call and phase 1 alone, flat and padded plans."""
     out = []
     for batch in batches:
-        for temps in ("T1", "T0"):
+        for temps in ("T1", "T0", "half"):
             sets = 1 if cpu else max(1, -(-2 * l2 // (batch * (K + 1) * vocab * 2)))
             inputs = [make_inputs(batch, temps, "point", i, vocab, device) for i in range(sets)]
             plan = plan_launch(batch, K + 1, vocab, interpreter=cpu)
@@ -322,6 +323,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="at most 32 elements per thread")
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
     parser.add_argument("--skip-a", action="store_true", help="no part A")
+    parser.add_argument("--only-a", action="store_true", help="part A only (no sweep)")
     parser.add_argument("--best", type=int, default=6, help="shapes carried to stage 2")
     args = parser.parse_args()
     cpu = args.cpu
@@ -338,29 +340,34 @@ def main() -> int:
         report["copy_TBps"] = 2 * big.numel() / copy_us / 1e6
         print(f"copy: {report['copy_TBps']:.2f} TB/s (read + write)", flush=True)
         del big
-    # Stage 1: every tile shape and chunk, MODE 2, at B = 64 (B = 4 on the CPU).
-    stage1: list[Config] = []
-    tiles = [(1, 2, 256, 4), (4, 2, 128, 4)] if cpu else shapes(args.quick)
-    for (rows_, g, bv, w), chunk in itertools.product(
-        tiles, (2048,) if cpu else (2048, 4096, 8192, 16384)
-    ):
-        if chunk % (g * bv) == 0 and chunk // (g * bv) >= 2:
-            for pf in (0, 1):
-                cfg = {"CHUNK": chunk, "ROWS": rows_, "G": g, "BV": bv, "MODE": 2, "PF": pf}
-                stage1.append((cfg, w))
-    if not cpu:
-        precompile(stage1)
-    b1 = part_b((4,) if cpu else (64,), vocab, device, l2, cpu, stage1)
-    ranked = sorted((r for r in b1 if r["us"] == r["us"]), key=lambda r: r["us"])
-    # Stage 2: the fastest shapes and the selector's own, every mode, every batch size.
-    carried = [({k: r[k] for k in KEYS}, r["warps"]) for r in ranked[: args.best]]
-    carried += [({k: c[k] for k in KEYS}, w) for c, w in BASELINES]
-    stage2 = [({**c, "MODE": mode}, w) for c, w in carried for mode in (0, 1, 2, 4)]
-    if not cpu:
-        precompile(stage2)
     batches = (4,) if cpu else (1, 4, 16, 64, 256, 1024)
-    report["B1"] = b1
-    report["B2"] = part_b(batches, vocab, device, l2, cpu, stage2)
+    b1: list[dict[str, Any]] = []
+    ranked: list[dict[str, Any]] = []
+    carried: list[Config] = []
+    report["B2"] = []
+    if not args.only_a:
+        # Stage 1: every tile shape and chunk, MODE 2, at B = 64 (B = 4 on the CPU).
+        stage1: list[Config] = []
+        tiles = [(1, 2, 256, 4), (4, 2, 128, 4)] if cpu else shapes(args.quick)
+        for (rows_, g, bv, w), chunk in itertools.product(
+            tiles, (2048,) if cpu else (2048, 4096, 8192, 16384)
+        ):
+            if chunk % (g * bv) == 0 and chunk // (g * bv) >= 2:
+                for pf in (0, 1):
+                    cfg = {"CHUNK": chunk, "ROWS": rows_, "G": g, "BV": bv, "MODE": 2, "PF": pf}
+                    stage1.append((cfg, w))
+        if not cpu:
+            precompile(stage1)
+        b1 = part_b((4,) if cpu else (64,), vocab, device, l2, cpu, stage1)
+        ranked = sorted((r for r in b1 if r["us"] == r["us"]), key=lambda r: r["us"])
+        # Stage 2: the fastest shapes and the selector's own, every mode, every batch size.
+        carried = [({k: r[k] for k in KEYS}, r["warps"]) for r in ranked[: args.best]]
+        carried += [({k: c[k] for k in KEYS}, w) for c, w in BASELINES]
+        stage2 = [({**c, "MODE": mode}, w) for c, w in carried for mode in (0, 1, 2, 4)]
+        if not cpu:
+            precompile(stage2)
+        report["B1"] = b1
+        report["B2"] = part_b(batches, vocab, device, l2, cpu, stage2)
     if own_cache is None:
         del os.environ["TRITON_CACHE_DIR"]
     else:
@@ -369,28 +376,31 @@ def main() -> int:
         report["A"] = part_a(batches, vocab, device, l2, cpu)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "phase1_sweep.json").write_text(json.dumps(report, indent=1))
-    print(f"\n== stage 1 (B = {64 if not cpu else 4}, MODE 2): 16 fastest of {len(b1)}")
-    for r in ranked[:16]:
-        print({k: r[k] for k in (*KEYS, "warps", "us", "TBps")})
-    bad = [r for r in b1 + report["B2"] if r["problem"]]
-    print(f"variants failing their check: {len(bad)}", bad[:5])
-    print("\n== stage 2: µs by B for MODE 0 / 1 / 2 / 4 (max only / as now / exp2+FMA / greedy)")
-    for c, w in carried:
-        line = [f"{k}={c[k]}" for k in KEYS] + [f"w{w}"]
-        for batch in batches:
-            cells = []
-            for mode in (0, 1, 2, 4):
-                hit = [
-                    x["us"]
-                    for x in report["B2"]
-                    if x["B"] == batch
-                    and x["MODE"] == mode
-                    and x["warps"] == w
-                    and all(x[k] == c[k] for k in KEYS)
-                ]
-                cells.append(f"{hit[0]:.1f}" if hit else "-")
-            line.append(f"B{batch}:" + "/".join(cells))
-        print(" ".join(line))
+    if not args.only_a:
+        print(f"\n== stage 1 (B = {64 if not cpu else 4}, MODE 2): 16 fastest of {len(b1)}")
+        for r in ranked[:16]:
+            print({k: r[k] for k in (*KEYS, "warps", "us", "TBps")})
+        bad = [r for r in b1 + report["B2"] if r["problem"]]
+        print(f"variants failing their check: {len(bad)}", bad[:5])
+        print(
+            "\n== stage 2: µs by B for MODE 0 / 1 / 2 / 4 (max only / as now / exp2+FMA / greedy)"
+        )
+        for c, w in carried:
+            line = [f"{k}={c[k]}" for k in KEYS] + [f"w{w}"]
+            for batch in batches:
+                cells = []
+                for mode in (0, 1, 2, 4):
+                    hit = [
+                        x["us"]
+                        for x in report["B2"]
+                        if x["B"] == batch
+                        and x["MODE"] == mode
+                        and x["warps"] == w
+                        and all(x[k] == c[k] for k in KEYS)
+                    ]
+                    cells.append(f"{hit[0]:.1f}" if hit else "-")
+                line.append(f"B{batch}:" + "/".join(cells))
+            print(" ".join(line))
     if "A" in report:
         print("\n== part A: selector full / phase-1-alone µs, flat plan vs padded plan")
         for r in report["A"]:
