@@ -363,8 +363,10 @@ def test_each_case_names_the_selector_plan_it_was_timed_with() -> None:
         "chunk": 2048,
         "num_warps": 8,
         "block_f": 1024,
+        "flat_rows": 8,
+        "groups": 2,
     }
-    assert (large["block_v"], large["num_warps"]) == (128, 4)
+    assert (large["block_v"], large["num_warps"], large["groups"]) == (128, 4, 4)
 
 
 def test_require_vllm_refuses_without_an_overlay() -> None:
