@@ -6,8 +6,8 @@
 # each stage's ARGS (the words up to the next "then") go to its command:
 #   tests    pytest -m gpu ARGS in the background, beside the next stages (not beside a
 #            strict qualify: on 2026-12-01, with the kernels recompiling, the two shared the
-#            machine, the qualification passed its 400 s limit and wrote no receipt; put the
-#            tests beside oracle/probe stages, or run `gate` first)
+#            machine, the qualification passed its 400 s limit and wrote no receipt; nor
+#            beside a probe, whose timings they would disturb: run `gate` first instead)
 #   pytest   pytest -m gpu ARGS in the foreground (e.g. -k some_test)
 #   gate     pytest -m gpu ARGS in the foreground; the call stops here if they fail (so that
 #            no receipt of the later stages comes from code that failed its GPU tests)
