@@ -38,7 +38,6 @@ import argparse
 import itertools
 import json
 import os
-import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -47,9 +46,9 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
-from selector_ab import K, make_inputs, time_case  # bench/ is the script's own folder
+from launch_split import time_calls, without  # bench/ is the script's own folder
+from selector_ab import K, make_inputs
 
-import pp3kernels.selector as selector
 from pp3kernels.selector import LaunchPlan, plan_launch, verify_chain
 
 _LOG2E = tl.constexpr(1.4426950408889634)
@@ -239,15 +238,6 @@ def shapes(quick: bool) -> list[tuple[int, int, int, int]]:
     return out
 
 
-def time_calls(calls: list[Callable[[], Any]], cpu: bool) -> float:
-    return statistics.median(time_case(calls, cpu))
-
-
-class _NoLaunch:
-    def __getitem__(self, grid: Any) -> Callable[..., None]:
-        return lambda *args, **kwargs: None
-
-
 def part_a(batches: tuple[int, ...], vocab: int, device: str, l2: int, cpu: bool) -> list[Any]:
     """The selector's own launches: full call and phase 1 alone, flat and padded plans."""
     out = []
@@ -263,12 +253,8 @@ def part_a(batches: tuple[int, ...], vocab: int, device: str, l2: int, cpu: bool
                 calls = [lambda a=a, p=p: verify_chain(**a, validate=False, plan=p) for a in inputs]
                 outs[label] = [t.clone() for t in calls[0]()]
                 res[f"{label}_full"] = time_calls(calls, cpu)
-                saved = selector._chain_finish_kernel
-                selector._chain_finish_kernel = _NoLaunch()
-                try:
+                with without("_chain_finish_kernel"):
                     res[f"{label}_stats"] = time_calls(calls, cpu)
-                finally:
-                    selector._chain_finish_kernel = saved
             res["identical"] = all(
                 torch.equal(a, b) for a, b in zip(outs["flat"], outs["padded"], strict=True)
             )
