@@ -19,7 +19,8 @@ For every case: phase 1 alone (the later launches swapped for no-ops), then the 
 under every (warps, block_f) variant, whose outputs must equal the default variant's bit for
 bit. Timing is bench/selector_ab.py's (CUDA graphs of 10 calls rotating over input sets that
 exceed 2 x L2, median of 100 replays, µs per call). All variants are compiled first, in
-parallel processes. Prints one table last (full call µs per variant, phase 1 alone) and
+parallel processes. ``--variants 8x1024 16x512 ...`` picks the (warps, block_f) pairs (the
+default one always runs too). Prints one table last (full call µs per variant, phase 1 alone) and
 writes the records to DIR/phase2_sweep.json.
 """
 
@@ -108,11 +109,17 @@ def main() -> int:
     parser.add_argument("--cpu", action="store_true", help="smoke test in the interpreter")
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
     parser.add_argument("--only", nargs="+", metavar="WORD", help="cases naming one of these")
+    parser.add_argument(
+        "--variants", nargs="+", metavar="WARPSxBLOCK_F", help="e.g. 8x1024 (default: 6 of them)"
+    )
     args = parser.parse_args()
     device, vocab = ("cpu", 3000) if args.cpu else ("cuda", VOCAB)
     l2 = 60 << 20 if args.cpu else torch.cuda.get_device_properties(0).L2_cache_size
     selected = cases(args.cpu, args.only)
     variants = [DEFAULT, (8, 1024)] if args.cpu else VARIANTS
+    if args.variants:  # the default variant first: every other is compared with its outputs
+        given = [tuple(int(n) for n in v.split("x")) for v in args.variants]
+        variants = [DEFAULT] + [(w, f) for w, f in given if (w, f) != DEFAULT]
     if not args.cpu:
         precompile([(b, q, w, f) for _, b, q in selected for w, f in variants])
     records: list[dict[str, Any]] = []
