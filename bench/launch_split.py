@@ -12,7 +12,7 @@ calls rotating over enough input sets to exceed 2 x L2, median of 100 replays), 
 - full     verify_chain(validate=False)
 - stats    phase 1 alone (the later launches replaced by no-ops)
 - rescan   phase 1 + chain_rescan_kernel, minus stats (about 0 where it does not run: it
-           runs for dense q, and on branch `v5s6-sparse-walk` for wide sparse supports)
+           runs for dense q only)
 - finish   full minus the two above
 
 The no-op launches are module globals of pp3kernels.selector swapped for the timing only
