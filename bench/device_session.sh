@@ -35,9 +35,9 @@
 #   rm -rf .gitcopy /tmp/shallow && git clone -q --depth 1 "file://$PWD" /tmp/shallow \
 #     && mv /tmp/shallow/.git .gitcopy && cp .git/info/exclude .gitcopy/info/exclude
 # The committed receipts alone are about 48 MB (2026-12-01), so the tree with FlashInfer's
-# wheels (26 MB) no longer fits: for that call, move receipts/*.json aside except the one the
-# run supersedes (MANIFEST.jsonl stays: the new line chains to its last one; git_state ignores
-# receipts/, so the receipt is not marked dirty), and move them back after the call.
+# wheels (26 MB) or the Triton cache no longer fits: before such a call, here,
+# `bash bench/receipts_aside.sh out RECEIPT_IT_SUPERSEDES.json` (MANIFEST.jsonl stays: the new
+# line chains to its last one), and `bash bench/receipts_aside.sh back` after it.
 set -o pipefail
 [ -d .gitcopy ] && export GIT_DIR=$PWD/.gitcopy GIT_WORK_TREE=$PWD
 start=$(date +%s)
