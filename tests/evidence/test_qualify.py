@@ -70,9 +70,9 @@ def test_each_defect_fails_smoke(defect: str) -> None:
     assert caught, f"control {defect} passed the smoke battery"
 
 
-def test_a_passing_control_fails_the_run(reference_report: QualificationReport) -> None:
-    """A 'control' that is in fact correct passes, so the run's verdict must be FAIL."""
-    report = run_qualification(
+def _run_with_a_correct_control() -> QualificationReport:
+    """The smoke battery with one 'control' that is in fact the correct verifier."""
+    return run_qualification(
         SMOKE,
         verifier=reference_verify_chain,
         device="cpu",
@@ -81,6 +81,11 @@ def test_a_passing_control_fails_the_run(reference_report: QualificationReport) 
         n_greedy=200,
         controls={"not_a_defect": reference_verify_chain},
     )
+
+
+def test_a_passing_control_fails_the_run(reference_report: QualificationReport) -> None:
+    """A 'control' that is in fact correct passes, so the run's verdict must be FAIL."""
+    report = _run_with_a_correct_control()
     assert report.family.passed and not report.controls[0].caught
     assert report.verdict == "FAIL"
     verdict, problems = recompute_qualification(_predicate(report))
@@ -288,3 +293,65 @@ def test_proxy_transport_delivers_every_draft_and_counts_the_frames() -> None:
     assert summary["calls"] == 1
     assert summary["frames_accepted"] == n, summary
     assert summary["frames_refused"] == 0 and summary["fallbacks"] == 0, summary
+
+
+# ---- Tests that kill mutants the suite missed (a mutation campaign, 2026-12-01)
+
+
+@pytest.mark.parametrize(
+    ("field", "edit", "fragment"),
+    [
+        ("n", lambda r: r.__setitem__("n", r["n"] + 1), "receipt says n="),
+        ("cells", lambda r: r.__setitem__("cells", r["cells"] + 1), "stored cells"),
+        ("df", lambda r: r.__setitem__("df", r["df"] + 1), "stored df"),
+    ],
+)
+def test_recomputer_notices_a_tampered_member_result_field(
+    reference_report: QualificationReport,
+    field: str,
+    edit: object,
+    fragment: str,
+) -> None:
+    """Member 4 is not its target's last member, so the per-target power statement does not
+    see its n: only the member's own check can."""
+    predicate = _predicate(reference_report)
+    tampered = copy.deepcopy(predicate)
+    edit(tampered["data"]["members"][4]["result"])  # type: ignore[operator]
+    verdict, problems = recompute_qualification(tampered)
+    assert verdict == "FAIL" and any(fragment in p for p in problems), (field, problems)
+
+
+def test_recomputer_notices_tampered_pooled_groups(
+    reference_report: QualificationReport,
+) -> None:
+    predicate = _predicate(reference_report)
+    tampered = copy.deepcopy(predicate)
+    groups = tampered["data"]["members"][4]["pooled"]["groups"]
+    assert len(groups) >= 2
+    groups[-2:] = [groups[-2] + groups[-1]]  # two cells merged after the fact
+    verdict, problems = recompute_qualification(tampered)
+    assert verdict == "FAIL" and any("pooled groups" in p for p in problems), problems
+
+
+def test_recomputer_notices_a_control_flag_that_contradicts_its_battery() -> None:
+    """A 'control' that is the correct verifier is not caught; a receipt that claims it
+    failed as required must be flagged (its verdict happens to be FAIL either way)."""
+    report = _run_with_a_correct_control()
+    tampered = copy.deepcopy(_predicate(report))
+    control = tampered["data"]["controls"][0]
+    assert control["failed_as_required"] is False
+    control["failed_as_required"] = True
+    verdict, problems = recompute_qualification(tampered)
+    assert verdict == "FAIL" and any("stored failed flag is wrong" in p for p in problems), problems
+
+
+def test_recomputer_notices_a_power_statement_that_drops_a_target(
+    reference_report: QualificationReport,
+) -> None:
+    tampered = copy.deepcopy(_predicate(reference_report))
+    dropped = tampered["data"]["targets"].pop()
+    verdict, problems = recompute_qualification(tampered)
+    assert verdict == "FAIL" and any("power statement names others" in p for p in problems), (
+        dropped,
+        problems,
+    )

@@ -8,15 +8,19 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
+from pp3cli.evidence.exact import marginal_laws
+from pp3cli.evidence.family import member_laws
 from pp3cli.evidence.stats import (
     MemberResult,
     g_test,
+    g_test_homogeneity,
     holm,
     noncentrality_for_power,
     pool_cells,
     power_of,
     samples_for_tv,
 )
+from pp3cli.evidence.targets import target_by_name
 
 # A 12-outcome law with a small tail (denominator 128).
 LAW12 = [Fraction(k, 128) for k in (1, 1, 2, 3, 5, 8, 13, 21, 30, 20, 14, 10)]
@@ -210,3 +214,58 @@ def test_member_json_round_trip() -> None:
     result = g_test("j", [30, 20, 50], [Fraction(1, 4), Fraction(1, 4), Fraction(1, 2)])
     data = result.to_json()
     assert MemberResult(**data) == result
+
+
+# ---- Tests that kill mutants the suite missed (a mutation campaign, 2026-12-01)
+
+
+def test_holm_rejects_at_adjusted_p_equal_to_alpha() -> None:
+    """The rule is adj <= alpha (docstring): an adjusted p exactly at alpha is rejected.
+    0.125 * 2 = 0.25 and the others are exact in binary, so there is no rounding."""
+    members = [_member("a", 0.125), _member("b", 0.5)]
+    verdict = holm(members, alpha=0.25)
+    assert verdict.adjusted == {"a": 0.25, "b": 0.5}
+    assert verdict.rejected == ("a",)
+    assert not verdict.passed
+
+
+def test_homogeneity_cells_close_at_exactly_the_needed_count() -> None:
+    """n_a = n_b = 100, min_expected 20: a cell closes once its combined count reaches
+    20 * 200 / 100 = 40 (>=), so five outcomes of 20 + 20 are five cells (df 4)."""
+    result = g_test_homogeneity("h", [20] * 5, [20] * 5, 20.0)
+    assert (result.cells, result.df) == (5, 4)
+    assert result.statistic == 0.0 and result.p_value == pytest.approx(1.0)
+
+
+def test_homogeneity_pools_for_the_smaller_arm() -> None:
+    """n_a = 50, n_b = 150: every arm must expect >= 20, so a cell needs a combined count
+    of 20 * 200 / 50 = 80; outcomes of 10 + 30 = 40 pair up into 2 cells (df 1)."""
+    result = g_test_homogeneity("h", [10, 10, 10, 10], [30, 30, 30, 30], 20.0)
+    assert (result.cells, result.df) == (2, 1)
+
+
+@pytest.mark.parametrize("n", [1, 3, 10])
+def test_invalidated_mixture_weights_are_the_odd_request_share(n: int) -> None:
+    """Requests 1, 3, 5, ... are invalidated: floor(n/2) of n (0 of 1, 1 of 3, 5 of 10),
+    so every member's law is the exact (ceil(n/2), floor(n/2)) mixture."""
+    target = target_by_name("invalidated_proposals")
+    valid = marginal_laws(target.steps(invalid=False))
+    invalid = marginal_laws(target.steps(invalid=True))
+    w = Fraction(n // 2, n)
+    for law in member_laws(target, n):
+        key = law.name.split("/")[1]
+        want = tuple((1 - w) * a + w * b for a, b in zip(valid[key], invalid[key], strict=True))
+        assert law.probs == (*want, Fraction(0)), key
+
+
+def test_pairing_recompute_notices_a_tampered_n() -> None:
+    """A pairing test's stored n (both arms' samples) is checked against its raw counts."""
+    from pp3cli.evidence.family import _recompute_pairing
+
+    first, second = [30, 20, 50, 40], [28, 25, 47, 44]
+    result = g_test_homogeneity("pair/x", first, second)
+    entry = {"name": "pair/x", "first": first, "second": second, "result": result.to_json()}
+    assert _recompute_pairing({"tests": [entry]})[1] == []
+    entry["result"]["n"] += 1
+    _results, problems = _recompute_pairing({"tests": [entry]})
+    assert any("stored n" in p for p in problems), problems

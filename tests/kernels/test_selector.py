@@ -15,6 +15,7 @@ mismatch fails the test and is listed row by row).
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import pytest
@@ -34,7 +35,7 @@ from pp3kernels.contract import (
 from pp3kernels.drafts import point_mass_q, quantise_q, sample_drafts
 from pp3kernels.interface import ChainResult
 from pp3kernels.jit.launch import MAX_SLOT_TILE
-from pp3kernels.philox import sample_uniform
+from pp3kernels.philox import acceptance_uniform, sample_uniform
 from pp3kernels.reference import reference_verify_chain
 from pp3kernels.selector import LaunchPlan, plan_launch, verify_chain
 
@@ -1505,3 +1506,224 @@ def test_plan_launch_choices_are_pinned(shape: tuple[int, int, int, bool]) -> No
     batch, rows, vocab, interpreter = shape
     plan = plan_launch(batch, rows, vocab, interpreter=interpreter)
     assert plan == LaunchPlan(*PINNED_PLANS[shape])
+
+
+# ---- Tests that kill mutants the suite missed (a mutation campaign, 2026-12-01)
+
+
+def test_kernel_zero_residual_falls_back_to_p() -> None:
+    """p = (1/2, 1/2), dense q = (1/2 + 4e-5) x 2: a rejection leaves a residual of 0 in
+    floats, so the kernel must sample p with the row's uniform (token = u >= 1/2), as the
+    reference does, and report OK. Requests are picked so that about half are rejected."""
+    generator = torch.Generator().manual_seed(7)
+    candidates = 1 << 18
+    seeds = torch.randint(-(2**62), 2**62, (candidates,), generator=generator, dtype=torch.int64)
+    positions = torch.zeros(candidates, dtype=torch.int64)
+    q_x = float(torch.tensor(0.5 + 4e-5, dtype=torch.float32))
+    rejects = acceptance_uniform(seeds, positions) * q_x >= 0.5
+    pick = torch.cat([rejects.nonzero().flatten()[:16], (~rejects).nonzero().flatten()[:16]])
+    batch = pick.numel()
+    args: Args = {
+        "logits": torch.zeros((1, 2, 2)).expand(batch, -1, -1),
+        "draft_tokens": torch.zeros((batch, 1), dtype=torch.int32),
+        "temperature": torch.ones(batch),
+        "seed": seeds[pick],
+        "position": positions[pick],
+        "q_dense": torch.full((batch, 1, 2), q_x),
+    }
+    got = _kernel(args)
+    _assert_same(got, _reference(args), args)
+    assert got.status.tolist() == [0] * batch
+    assert got.accepted.tolist() == [0] * 16 + [1] * 16
+    u = sample_uniform(seeds[pick[:16]], positions[pick[:16]])
+    assert 0 < int((u >= 0.5).sum()) < 16  # both tokens are drawn
+    assert got.tokens[:16, 0].tolist() == (u >= 0.5).long().tolist()
+    assert got.tokens[:16, 1].tolist() == [-1] * 16
+
+
+# ---- kernel status rules without validation (chain.py _accept_sparse_q / _accept_dense_q)
+
+
+def test_valid_small_call_with_a_t0_zero_mass_q_row_is_ok() -> None:
+    """Request 1 is T0 with all-padding q rows (mass 0, allowed for T0): a valid call,
+    so every request is OK, in the kernel as in the reference."""
+    args = _small_call()
+    got = _kernel(args)
+    assert got.status.tolist() == [STATUS_OK] * 3
+    _assert_same(got, _reference(args), args)
+    got = _kernel(args, validate=False)
+    assert got.status.tolist() == [STATUS_OK] * 3
+
+
+def test_without_validation_support_id_equal_to_v_reports_bad_draft() -> None:
+    """A positive count on id V (one past the vocabulary) is malformed q: refused with
+    validation, STATUS_BAD_DRAFT without, as the reference says."""
+    vocab = 10
+    args: Args = {
+        "logits": torch.zeros((3, 2, vocab)),
+        "draft_tokens": torch.tensor([[1], [1], [1]], dtype=torch.int32),
+        "temperature": torch.tensor([1.0, 1.0, 1.0]),
+        "seed": torch.arange(3, dtype=torch.int64),
+        "position": torch.zeros(3, dtype=torch.int64),
+        "q_ids": torch.tensor([[[1, -1]], [[1, vocab]], [[1, 3]]], dtype=torch.int32),
+        "q_counts": torch.tensor([[[16, 0]], [[8, 8]], [[8, 8]]], dtype=torch.int32),
+        "denominator": 16,
+    }
+    with pytest.raises(SelectorInputError, match="request 1, row 0: slot 1 has a positive count"):
+        _kernel(args)
+    want = _reference(args, validate=False)
+    assert want.status.tolist() == [STATUS_OK, STATUS_BAD_DRAFT, STATUS_OK]
+    _assert_same(_kernel(args, validate=False), want, args)
+
+
+def test_without_validation_dense_q_of_inf_at_the_proposal_reports_bad_draft() -> None:
+    """q_dense(x) = +inf at a T1 proposal: not a probability; STATUS_BAD_DRAFT."""
+    args = _dense_small_call()
+    args["q_dense"] = args["q_dense"].clone()
+    args["q_dense"][0, 0, 1] = float("inf")  # request 0's first proposal is token 1
+    with pytest.raises(SelectorInputError, match=r"request 0, row 0: q_dense\[token 1\] = inf"):
+        _kernel(args)
+    want = _reference(args, validate=False)
+    assert want.status.tolist() == [STATUS_BAD_DRAFT, STATUS_OK, STATUS_OK]
+    _assert_same(_kernel(args, validate=False), want, args)
+
+
+# ---- host validation (validate.py)
+
+
+def test_validate_refuses_a_duplicate_support_id_0() -> None:
+    args = _edited("q_ids", (2, 0, 0), 0)  # request 2, row 0: ids [0, 0]
+    with pytest.raises(SelectorInputError, match=r"request 2, row 0: support id 0 appears more"):
+        _kernel(args)
+
+
+def test_validate_refuses_a_padding_slot_with_a_negative_id() -> None:
+    args = _edited("q_ids", (0, 1, 1), -5)  # request 0, row 1: count 0 on id -5
+    with pytest.raises(SelectorInputError, match=r"request 0, row 1: slot 1 has count 0 but id -5"):
+        _kernel(args)
+    got = _kernel(args, validate=False)
+    assert got.status.tolist() == [STATUS_BAD_DRAFT, STATUS_OK, STATUS_OK]
+    _assert_same(got, _reference(args, validate=False), args)
+
+
+def test_validate_counts_further_offenders_only_when_there_are_some() -> None:
+    with pytest.raises(SelectorInputError) as one:
+        _kernel(_edited("q_counts", (2, 0, 1), -4))
+    assert str(one.value).endswith("is negative; expected a count >= 0"), str(one.value)
+    args = _edited("q_counts", (2, 0, 1), -4)
+    args["q_counts"][2, 1, 1] = -3
+    with pytest.raises(SelectorInputError) as two:
+        _kernel(args)
+    assert str(two.value).endswith("(1 more rows likewise)"), str(two.value)
+
+
+# ---- _scatter_residuals: only the tile's own BLOCK_F slots of the scratch row
+
+
+def test_scatter_residuals_stay_inside_each_requests_tile() -> None:
+    """Four requests per program share the scratch buffer (row b = request b), tiles of 8
+    tokens, and q's supports (S = 12 > MAX_LOOPED_SLOTS: the scatter path) differ per
+    request, so a support id at s_pos = BLOCK_F (the next tile's first token) must not be
+    written: it lies in the next request's scratch row, on a token that may be outside
+    that request's support."""
+    args = _make(batch=128, drafts=2, vocab=32, seed=89, support=12, greedy_share=0.0)
+    plan = LaunchPlan(block_b=4, block_v=8, nsplit=1, chunk=32, num_warps=4, block_f=8)
+    got = _kernel(args, plan=plan)
+    assert int((got.accepted < 2).sum()) > 32  # many requests draw from a residual
+    _assert_same(got, _reference(args), args)
+    _assert_same(got, _kernel(args), args)
+
+
+def test_without_validation_logits_statuses_take_precedence_over_bad_draft() -> None:
+    """Every request has both a bad logits row and a draft violation: the contract checks
+    NaN, +inf, all -inf first, so BAD_DRAFT never hides them (as in the reference)."""
+    args = _small_call()
+    logits = args["logits"].clone()
+    logits[0, 2, 3] = float("nan")  # bonus row
+    logits[1, 1, 0] = float("inf")
+    logits[2, 0, :] = float("-inf")
+    drafts = args["draft_tokens"].clone()
+    drafts[0, 0] = 8  # = V
+    drafts[1, 0] = -3
+    drafts[2, 1] = 3  # T1 proposal outside q's support
+    args = {**args, "logits": logits, "draft_tokens": drafts}
+    want = _reference(args, validate=False)
+    assert want.status.tolist() == [STATUS_NAN, STATUS_POSINF, STATUS_ALL_MASKED]
+    _assert_same(_kernel(args, validate=False), want, args)
+
+
+def test_validate_refuses_a_slightly_negative_dense_q() -> None:
+    """q_dense = -1e-4 on one token (the row still sums to 1): not a probability."""
+    args = _dense_small_call()
+    dense = args["q_dense"].clone()
+    dense[0, 0, 6] += dense[0, 0, 7] + 1e-4
+    dense[0, 0, 7] = -1e-4
+    args["q_dense"] = dense
+    with pytest.raises(SelectorInputError, match=r"request 0, row 0: q_dense\[token 7\] = -9\.99"):
+        _kernel(args)
+
+
+def test_reference_row_sum_is_accumulated_in_fp64_and_rounded_once() -> None:
+    """The reference's s = sum_v e_v in fp64, rounded once to fp32 (module docstring), not
+    an fp32 sum: on 64 random rows of 100000 tokens the two differ in the last bits."""
+    from pp3kernels.reference import _RowStats
+
+    generator = torch.Generator().manual_seed(3)
+    rows = torch.randn((64, 100_000), generator=generator) * 3
+    tau = torch.full((64,), 0.7)
+    stats = _RowStats(rows, tau, highest_tie=False)
+    e = torch.exp((rows - rows.amax(-1, keepdim=True)) / tau[:, None])
+    assert torch.equal(stats.s, e.double().sum(-1).float())
+    assert not torch.equal(e.sum(-1), e.double().sum(-1).float())  # the inputs tell them apart
+
+
+# ---- Tests that kill mutants the suite missed (a mutation campaign, 2026-12-01)
+
+
+def _absorbed_chunk_case(logit_seed: int, delta: float) -> Args:
+    """V = 128 in two chunks of 64. Row 0: tokens 0..63 (chunk 0) are q's support, each
+    with q_v >= p_v, so a rejection leaves chunk 0 no residual mass at all; tokens 64..127
+    (chunk 1, outside the support) carry a tiny mass delta, all the residual there is.
+    Chunk 0's mass from the partials then differs from the sum of its support
+    exponentials by rounding only: the guard must rescan it, never draw from a phantom.
+    Only requests whose draft (token 0) is rejected are kept (found with the torch Philox)."""
+    vocab, den = 128, 2**24
+    generator = torch.Generator().manual_seed(logit_seed)
+    row = torch.empty(vocab)
+    row[:64] = torch.randn(64, generator=generator) * 0.5
+    head = torch.exp((row[:64] - row[:64].max()).double()).sum()
+    row[64:] = float(row[:64].max() + math.log(delta * float(head) / 64))
+    e = torch.exp((row - row.max()).double())
+    p = e / e.sum()
+    counts = torch.ceil(p[:64] * den).to(torch.int64)
+    counts[0] += den - int(counts.sum())
+    assert int(counts[0]) > 0 and int(counts.sum()) == den
+    candidates = 1 << 18
+    seeds = torch.randint(-(2**62), 2**62, (candidates,), generator=generator, dtype=torch.int64)
+    positions = torch.zeros(candidates, dtype=torch.int64)
+    p0 = float(torch.exp(row[0] - row.max()) / torch.exp(row - row.max()).double().sum())
+    rejected = acceptance_uniform(seeds, positions) * int(counts[0]) >= p0 * den
+    pick = rejected.nonzero().flatten()[:48]
+    batch = pick.numel()
+    assert batch >= 16
+    logits = torch.stack([row, torch.randn(vocab, generator=generator)])
+    return {
+        "logits": logits.expand(batch, 2, vocab),
+        "draft_tokens": torch.zeros((batch, 1), dtype=torch.int32),
+        "temperature": torch.ones(batch),
+        "seed": seeds[pick],
+        "position": positions[pick],
+        "q_ids": torch.arange(64, dtype=torch.int32).expand(batch, 1, 64).contiguous(),
+        "q_counts": counts.to(torch.int32).expand(batch, 1, 64).contiguous(),
+        "denominator": den,
+    }
+
+
+@pytest.mark.parametrize("logit_seed", [4])  # a seed whose chunk-0 rounding remainder is > 0
+def test_split_plan_never_draws_from_an_absorbed_chunk(logit_seed: int) -> None:
+    args = _absorbed_chunk_case(logit_seed, delta=1e-5)
+    got = _kernel(args, plan=_split_plan(nsplit=2, chunk_tiles=8))
+    assert got.status.tolist() == [STATUS_OK] * got.status.numel()
+    assert got.accepted.tolist() == [0] * got.status.numel()
+    assert bool((got.tokens[:, 0] >= 64).all()), got.tokens[:, 0].tolist()
+    _assert_same(got, _reference(args), args)

@@ -323,3 +323,29 @@ def test_command_lines_json_and_exit_codes(written: list[Path], tree: Path) -> N
         ["--receipts", folder, "verify-receipts", "--strict", "--source-root", str(tree)]
     )
     assert code == 1 and f"FAIL: {written[0].name} — sources moved on" in output, output
+
+
+# ---- Tests that kill mutants the suite missed (a mutation campaign, 2026-12-01)
+
+
+def test_supersedes_with_a_blank_reason_fails(written: list[Path], tree: Path) -> None:
+    reference = {
+        "file": written[0].name,
+        "sha256": hashlib.sha256(written[0].read_bytes()).hexdigest(),
+        "reason": "   ",
+    }
+    edit_statement(written[2], lambda s: s["predicate"]["supersedes"].append(reference))
+    results = check(written[2].parent, tree)
+    assert statuses(results)[written[2].name] == FAIL, report(results)
+    assert "without a reason" in report(results), report(results)
+
+
+def test_non_canonical_bytes_fail_even_with_a_consistent_chain(
+    written: list[Path],
+    tree: Path,
+) -> None:
+    statement = orjson.loads(written[0].read_bytes())
+    forge(written[0], orjson.dumps(statement, option=orjson.OPT_INDENT_2) + b"\n")
+    results = check(written[0].parent, tree)
+    assert statuses(results)[written[0].name] == FAIL, report(results)
+    assert "not in canonical form" in report(results), report(results)
