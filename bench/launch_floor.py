@@ -9,7 +9,7 @@ included) and phase 2, one program per request walking a chain of dependent step
 µs; bench/NOTES.md, "phase 2 by launch shape": it does not answer to warps or tile width).
 The issue asks for <= 8 µs. This script measures the two quantities that bound any design
 of that call, timed as `pp3 probe` times (CUDA graphs of 10 calls, 3 warm-up and 100 timed
-replays, median µs per call; bench/selector_ab.py's `time_case`):
+replays, median µs per call; bench/launch_split.py's `time_calls`):
 
 - launches: one empty kernel, and two and three empty kernels one after another on the
   stream (each waits for the one before, as phase 2 waits for phase 1): the graph's cost of
@@ -28,14 +28,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from pathlib import Path
-from typing import Any
 
 import torch
 import triton
 import triton.language as tl
-from selector_ab import time_case  # bench/ is the script's own folder
+from launch_split import time_calls  # bench/ is the script's own folder
 
 
 @triton.jit
@@ -64,10 +62,6 @@ def cycle_table(entries: int, device: str, seed: int) -> torch.Tensor:
     return table.to(device)
 
 
-def median_us(calls: list[Any], cpu: bool) -> float:
-    return statistics.median(time_case(calls, cpu))
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cpu", action="store_true", help="smoke test in the interpreter")
@@ -82,7 +76,7 @@ def main() -> int:
             empty_kernel[(1,)](out, WRITE=True, num_warps=4)
 
     for n in (1, 2, 3):
-        records[f"{n} empty launches"] = median_us([lambda n=n: launches(n)], args.cpu)
+        records[f"{n} empty launches"] = time_calls([lambda n=n: launches(n)], args.cpu)
 
     tables = {"L2 (1 MiB)": 1 << 17, "HBM (1 GiB)": 1 << 27}
     if args.cpu:
@@ -103,7 +97,7 @@ def main() -> int:
                 )
                 for s in start
             ]
-            records[f"chase {label}, {steps} steps"] = median_us(calls, args.cpu)
+            records[f"chase {label}, {steps} steps"] = time_calls(calls, args.cpu)
         del table
 
     args.out.mkdir(parents=True, exist_ok=True)

@@ -1511,14 +1511,18 @@ def test_plan_launch_choices_are_pinned(shape: tuple[int, int, int, bool]) -> No
 # ---- Tests that kill mutants the suite missed (a mutation campaign, 2026-12-01)
 
 
+def _candidate_requests(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """2^18 random seeds at position 0, among which a test picks requests whose acceptance
+    coin (``acceptance_uniform``, the kernel's own Philox stream) falls where it needs."""
+    seeds = torch.randint(-(2**62), 2**62, (1 << 18,), generator=generator, dtype=torch.int64)
+    return seeds, torch.zeros(1 << 18, dtype=torch.int64)
+
+
 def test_kernel_zero_residual_falls_back_to_p() -> None:
     """p = (1/2, 1/2), dense q = (1/2 + 4e-5) x 2: a rejection leaves a residual of 0 in
     floats, so the kernel must sample p with the row's uniform (token = u >= 1/2), as the
     reference does, and report OK. Requests are picked so that about half are rejected."""
-    generator = torch.Generator().manual_seed(7)
-    candidates = 1 << 18
-    seeds = torch.randint(-(2**62), 2**62, (candidates,), generator=generator, dtype=torch.int64)
-    positions = torch.zeros(candidates, dtype=torch.int64)
+    seeds, positions = _candidate_requests(torch.Generator().manual_seed(7))
     q_x = float(torch.tensor(0.5 + 4e-5, dtype=torch.float32))
     rejects = acceptance_uniform(seeds, positions) * q_x >= 0.5
     pick = torch.cat([rejects.nonzero().flatten()[:16], (~rejects).nonzero().flatten()[:16]])
@@ -1698,9 +1702,7 @@ def _absorbed_chunk_case(logit_seed: int, delta: float) -> Args:
     counts = torch.ceil(p[:64] * den).to(torch.int64)
     counts[0] += den - int(counts.sum())
     assert int(counts[0]) > 0 and int(counts.sum()) == den
-    candidates = 1 << 18
-    seeds = torch.randint(-(2**62), 2**62, (candidates,), generator=generator, dtype=torch.int64)
-    positions = torch.zeros(candidates, dtype=torch.int64)
+    seeds, positions = _candidate_requests(generator)
     p0 = float(torch.exp(row[0] - row.max()) / torch.exp(row - row.max()).double().sum())
     rejected = acceptance_uniform(seeds, positions) * int(counts[0]) >= p0 * den
     pick = rejected.nonzero().flatten()[:48]
