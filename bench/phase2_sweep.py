@@ -3,15 +3,16 @@
 Run on the device machine (`python3 bench/phase2_sweep.py [--out DIR] [--only WORD ...]`);
 `--cpu` runs two cases once at V = 3000 in Triton's interpreter, to test the script itself.
 
-Both phase-2 launches run with ``pp3kernels.selector._NUM_WARPS`` warps (4 today) and draw
-through tiles of ``block_f`` tokens (1024 today, two per 2048-token chunk). Phase 2 is one
+Both phase-2 launches run with the plan's ``finish_warps`` warps (4 before step 6; 8, or 16
+for S >= 1025, since) and draw through tiles of ``block_f`` tokens (1024, two per 2048-token
+chunk). Phase 2 is one
 program per request, a chain of dependent steps on one multiprocessor: the partials, the
 acceptance over the draft rows' q slots, the chunk masses, then the stop row's chunk walked
 tile by tile and the token picked inside one tile. Sparse q's slots are held as
 [S_P2]-wide tiles (32 elements per thread at S = 4096 with 4 warps). This sweep asks
 whether more threads per program (8 or 16 warps) or fewer, wider draw tiles (block_f = the
-chunk: one walk step fewer) shorten it, without touching the kernels: the warps are a
-module global of the selector swapped for the timing, the draw tile a ``plan=`` argument.
+chunk: one walk step fewer) shorten it, without touching the kernels: both are fields of
+the ``plan=`` argument (before step 6 the warps were a module global, swapped instead).
 
 Cases: bench/selector_ab.py's inputs (V = 129280 bf16, K = 5, all T1): point drafts at
 B in {1, 4, 16, 64}; sparse supports of S = 64, 1024 and 4096 and dense q at B in {4, 64}.
@@ -29,9 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,6 @@ import torch
 from launch_split import time_calls, without  # bench/ is the script's own folder
 from selector_ab import K, make_inputs
 
-import pp3kernels.selector as selector
 from pp3kernels.selector import LaunchPlan, plan_launch, verify_chain
 
 Variant = tuple[int, int]  # (phase-2 warps, block_f)
@@ -61,33 +59,23 @@ def cases(cpu: bool, only: list[str] | None) -> list[tuple[str, int, str]]:
     return [c for c in out if not only or any(word in c[0] for word in only)]
 
 
-@contextmanager
-def phase2_warps(warps: int) -> Iterator[None]:
-    """Run the phase-2 launches with ``warps`` warps for the block."""
-    saved = selector._NUM_WARPS
-    selector._NUM_WARPS = warps
-    try:
-        yield
-    finally:
-        selector._NUM_WARPS = saved
-
-
-def variant_plan(batch: int, q: str, vocab: int, cpu: bool, block_f: int) -> LaunchPlan:
-    """The default plan for the case, with the draw tile ``block_f`` where it divides the
-    chunk (the interpreter's plans keep their own)."""
+def variant_plan(batch: int, q: str, vocab: int, cpu: bool, warps: int, block_f: int) -> LaunchPlan:
+    """The default plan for the case with phase 2 at ``warps`` warps and the draw tile
+    ``block_f`` where it divides the chunk (the interpreter's plans keep their tiles)."""
     support = int(q.removeprefix("sparse")) if q.startswith("sparse") else 1
     plan = plan_launch(batch, K + 1, vocab, interpreter=cpu, support=support)
-    if cpu or plan.chunk % block_f:
-        return plan
-    return LaunchPlan(**{**plan.__dict__, "block_f": block_f})
+    fields = {**plan.__dict__, "finish_warps": warps}
+    if not cpu and plan.chunk % block_f == 0:
+        fields["block_f"] = block_f
+    return LaunchPlan(**fields)
 
 
 def _compile(work: list[tuple[int, str, int, int]]) -> int:
     """Worker: compile each (batch, q, warps, block_f) by one call on one input set."""
     for batch, q, warps, block_f in work:
         args = make_inputs(batch, "T1", q, 0, VOCAB, "cuda")
-        with phase2_warps(warps):
-            verify_chain(**args, validate=False, plan=variant_plan(batch, q, VOCAB, False, block_f))
+        plan = variant_plan(batch, q, VOCAB, False, warps, block_f)
+        verify_chain(**args, validate=False, plan=plan)
     torch.cuda.synchronize()
     return len(work)
 
@@ -132,12 +120,11 @@ def main() -> int:
             rec["stats"] = time_calls(base_calls, args.cpu)
         want = [t.clone() for t in base_calls[0]()]
         for warps, block_f in variants:
-            plan = variant_plan(batch, q, vocab, args.cpu, block_f)
+            plan = variant_plan(batch, q, vocab, args.cpu, warps, block_f)
             calls = [lambda a=a, p=plan: verify_chain(**a, validate=False, plan=p) for a in inputs]
-            with phase2_warps(warps):
-                got = calls[0]()
-                same = all(torch.equal(x, y) for x, y in zip(got, want, strict=True))
-                rec[f"w{warps} f{block_f}"] = time_calls(calls, args.cpu) if same else None
+            got = calls[0]()
+            same = all(torch.equal(x, y) for x, y in zip(got, want, strict=True))
+            rec[f"w{warps} f{block_f}"] = time_calls(calls, args.cpu) if same else None
             rec[f"w{warps} f{block_f} identical"] = same
         print(json.dumps(rec), flush=True)
         records.append(rec)

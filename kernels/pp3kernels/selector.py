@@ -87,11 +87,19 @@ _MIN_BLOCK_V = 64
 _DRAW_TILE = 1024  # block_f: tokens per tile of the final draw (phase 2)
 # Tiles per phase-1 step of a sampled-only program, loaded as one [rows, groups, block_v]
 # tile and folded into each lane with one rescale (bench/NOTES.md, "what bounds phase 1":
-# at B = 64, 4 groups of [8, 128] read at 2.9 TB/s against 2.6 for 2 groups of the same
-# tiles, and the small-batch [8, 256] tiles with 8 warps keep 2 groups, the faster there).
+# in the stand-alone sweep's exp2 pass at B = 64, 4 groups of [8, 128] read at 2.9 TB/s
+# against 2.6 for 2 groups of the same tiles; the small-batch [8, 256] tiles with 8 warps
+# keep 2 groups, the faster there).
 _GROUPS = 2
 _GROUPS_LARGE_BATCH = 4
-_NUM_WARPS = 4  # interpreter and small-vocabulary plans, and every finish launch
+_NUM_WARPS = 4  # interpreter and small-vocabulary plans (both phases)
+# Phase 2 (the rescan and finish launches) on the large-vocabulary plans (bench/NOTES.md,
+# "phase 2 by launch shape"): 8 warps (dense q at B4: 51 -> 32 us, B64: 122 -> 93; point
+# and S = 64 drafts 0-3% faster), 16 where sparse q's slot axis S_P2 is this wide or wider
+# (S = 4096 at B4: 204 -> 107 us; at 4 warps its [S_P2] tiles spill registers).
+_FINISH_WARPS = 8
+_FINISH_WARPS_WIDE_SUPPORT = 16
+_WIDE_SUPPORT_SLOTS = 2048
 # Phase 2 pads its chunk axis to a power of two of at least 8: Triton 3.6 fails to lower the
 # fp64 cumulative sum over that axis on sm_90 when it is too short (a ScanOpToLLVM assertion
 # seen on the H200 below 8; a one-wide axis does not even compile). The q-slot axis is
@@ -115,7 +123,8 @@ class LaunchPlan:
     With flat_rows = n > 0 (a power of two), phase 1 instead tiles n consecutive rows of
     the B * (K+1) rows, with no padding rows, and block_b applies to phase 2 only. Phase 1's
     sampled-only programs load ``groups`` (a power of two >= 2) such tiles per step, as one
-    [rows, groups, block_v] tile, and fold them into each lane with one rescale.
+    [rows, groups, block_v] tile, and fold them into each lane with one rescale. The
+    phase-2 launches run with finish_warps warps (num_warps is phase 1's).
     """
 
     block_b: int
@@ -126,6 +135,7 @@ class LaunchPlan:
     block_f: int = 0  # 0: same as block_v
     flat_rows: int = 0  # 0: phase 1 tiles whole requests, padded to R rows
     groups: int = 2  # tiles per phase-1 step of a sampled-only program
+    finish_warps: int = 4  # warps of the phase-2 launches (rescan and finish)
 
 
 def slot_axis(support: int) -> int:
@@ -200,7 +210,19 @@ def plan_launch(
     nsplit = triton.cdiv(vocab, chunk)
     # Phase 1 tiles R consecutive rows of the flat B * (K+1) rows: the same [R, block_v]
     # tile as one request's rows padded to R, without the padding rows (K = 5: 6 of 8).
-    return LaunchPlan(1, block_v, nsplit, chunk, warps, _DRAW_TILE, flat_rows=r, groups=groups)
+    wide = slot_axis(support) >= _WIDE_SUPPORT_SLOTS
+    finish_warps = _FINISH_WARPS_WIDE_SUPPORT if wide else _FINISH_WARPS
+    return LaunchPlan(
+        1,
+        block_v,
+        nsplit,
+        chunk,
+        warps,
+        _DRAW_TILE,
+        flat_rows=r,
+        groups=groups,
+        finish_warps=finish_warps,
+    )
 
 
 def verify_chain(
@@ -296,6 +318,8 @@ def verify_chain(
         raise ValueError(f"{plan}: flat_rows must be 0 or a power of two")
     if plan.groups < 2 or plan.groups & (plan.groups - 1):
         raise ValueError(f"{plan}: groups must be a power of two >= 2")
+    if plan.finish_warps not in (1, 2, 4, 8, 16, 32):
+        raise ValueError(f"{plan}: finish_warps must be a power of two from 1 to 32")
     blocks = triton.cdiv(batch, plan.block_b)
     # Phase 1 writes, phase 2 reads: per (request, row, chunk) max, sum, argmax and flags;
     # both kernels take them, then (B, V, chunk, NSPLIT), in this order.
@@ -366,7 +390,7 @@ def verify_chain(
         "Q_MODE": q_mode,
         "NSPLIT_P2": nsplit_p2,
         "BLOCK_F": block_f,
-        "num_warps": _NUM_WARPS,
+        "num_warps": plan.finish_warps,
     }
     if q_mode == Q_DENSE:
         _chain_rescan_kernel[(blocks, plan.nsplit)](*phase2, *split, float(den), **phase2_meta)

@@ -1320,6 +1320,24 @@ def test_gpu_large_batch_plan_agrees_with_reference(q: str, support: int) -> Non
     assert int((got.accepted < 5).sum()) > 0  # some request drew from a residual
 
 
+@pytest.mark.parametrize(("support", "warps"), [(1, 8), (64, 8), (1024, 8), (1025, 16), (4096, 16)])
+def test_phase2_warps_grow_with_a_wide_support(support: int, warps: int) -> None:
+    """The large-vocabulary plans run phase 2 at 8 warps, and at 16 once sparse q's padded
+    slot axis reaches 2048 (bench/NOTES.md, "phase 2 by launch shape"); the small-vocabulary
+    and interpreter plans keep 4."""
+    assert plan_launch(4, 6, 129_280, interpreter=False, support=support).finish_warps == warps
+    assert plan_launch(4, 6, 1000, interpreter=False, support=support).finish_warps == 4
+    assert plan_launch(4, 6, 129_280, interpreter=True, support=support).finish_warps == 4
+
+
+def test_finish_warps_must_be_a_power_of_two_up_to_32() -> None:
+    args = _make(batch=2, drafts=1, vocab=30, seed=3)
+    for warps in (0, 3, 64):
+        plan = LaunchPlan(block_b=1, block_v=8, nsplit=1, chunk=32, num_warps=4, finish_warps=warps)
+        with pytest.raises(ValueError, match="finish_warps must be a power of two from 1 to 32"):
+            _kernel(args, plan=plan)
+
+
 def test_groups_must_be_a_power_of_two_of_at_least_two() -> None:
     args = _make(batch=2, drafts=1, vocab=30, seed=3)
     for groups in (1, 3):
@@ -1477,19 +1495,19 @@ def test_interpreter_plan_respects_tritons_tile_limit(
 # the launch shapes measured on the H200 (bench/NOTES.md) and the interpreter's, pinned so
 # that a refactor of plan_launch cannot change them unnoticed.
 PINNED_PLANS: dict[tuple[int, int, int, bool], tuple[int, ...]] = {
-    (1, 6, 129_280, False): (1, 256, 64, 2048, 8, 1024, 8),
-    (64, 6, 129_280, False): (1, 128, 64, 2048, 4, 1024, 8, 4),
-    (16, 6, 129_280, False): (1, 128, 64, 2048, 4, 1024, 8, 4),
-    (15, 6, 129_280, False): (1, 256, 64, 2048, 8, 1024, 8),
-    (4, 2, 129_280, False): (1, 1024, 64, 2048, 8, 1024, 2),
-    (4, 1, 129_280, False): (1, 2048, 64, 2048, 8, 1024, 1),
-    (4, 33, 129_280, False): (1, 64, 64, 2048, 8, 1024, 64),
+    (1, 6, 129_280, False): (1, 256, 64, 2048, 8, 1024, 8, 2, 8),
+    (64, 6, 129_280, False): (1, 128, 64, 2048, 4, 1024, 8, 4, 8),
+    (16, 6, 129_280, False): (1, 128, 64, 2048, 4, 1024, 8, 4, 8),
+    (15, 6, 129_280, False): (1, 256, 64, 2048, 8, 1024, 8, 2, 8),
+    (4, 2, 129_280, False): (1, 1024, 64, 2048, 8, 1024, 2, 2, 8),
+    (4, 1, 129_280, False): (1, 2048, 64, 2048, 8, 1024, 1, 2, 8),
+    (4, 33, 129_280, False): (1, 64, 64, 2048, 8, 1024, 64, 2, 8),
     (4, 6, 1000, False): (1, 1024, 1, 1024, 4, 1024),
     (4, 6, 5, False): (1, 16, 1, 16, 4, 16),
     (4, 6, 300, False): (1, 512, 1, 512, 4, 512),
-    (4, 6, 1025, False): (1, 256, 1, 2048, 8, 1024, 8),
-    (4, 6, 600_000, False): (1, 256, 196, 3072, 8, 1024, 8),
-    (4, 6, 2_000_000, False): (1, 256, 245, 8192, 8, 1024, 8),
+    (4, 6, 1025, False): (1, 256, 1, 2048, 8, 1024, 8, 2, 8),
+    (4, 6, 600_000, False): (1, 256, 196, 3072, 8, 1024, 8, 2, 8),
+    (4, 6, 2_000_000, False): (1, 256, 245, 8192, 8, 1024, 8, 2, 8),
     (1, 1, 1, True): (1, 1, 1, 1, 4, 1),
     (20_000, 3, 6, True): (8192, 8, 1, 8, 4, 8),
     (128, 3, 1000, True): (128, 1024, 1, 1024, 4, 1024),

@@ -1,12 +1,15 @@
 """The selector's device code: the Triton kernels that verify B chains of K drafts, and their
 helpers. The law is ``pp3kernels.contract``; plans and launches are ``pp3kernels.selector``.
 
-Phase 1, ``chain_stats_kernel`` (grid: request blocks x vocabulary splits): each program
-streams one chunk of the vocabulary for the K+1 rows of its BLOCK_B requests at once (one
-[BLOCK_B * R, BLOCK_V] tile per step, R = K+1 rounded up to a power of two) and keeps
-*per-lane* running statistics (max m, sum of exp((l - m)/tau) with one exponential per
-element, first argmax for greedy rows, NaN flag), reduced across lanes once per row and
-written as the chunk's partials. Greedy-only programs skip the exponentials.
+Phase 1, ``chain_stats_kernel`` (grid: row blocks x vocabulary splits): each program
+streams one chunk of the vocabulary for a block of rows at once (on the GPU's large-vocabulary
+plans BLOCK_R consecutive rows of the flat B (K+1) rows, FLAT; otherwise the K+1 rows of
+BLOCK_B requests, padded to R = K+1 rounded up to a power of two) and keeps *per-lane*
+running statistics, reduced across lanes once per row and written as the chunk's partials.
+Programs holding sampled rows load GROUPS tiles a step and fold them into each lane with
+one rescale (max m, sum of exp2((l - m) log2(e)/tau), one exponential per element; a NaN
+shows as a NaN lane sum), plus the first argmax where the block also holds greedy rows;
+greedy-only programs keep max, first argmax and a NaN test per element, no exponentials.
 
 Phase 2, ``chain_finish_kernel`` (one program per request block):
 
