@@ -25,7 +25,8 @@
 #            package to compare with; carry ".base" too)
 #   script   python3 ARGS with the call's remaining time (e.g. bench/launch_split.py, which
 #            times each of the selector's launches alone)
-# Receipts and the manifest are copied to $OUT; the Triton cache is returned as a tarball in
+# The receipts this call wrote and the manifest return as $OUT/receipts.tar.part* (take them
+# in with `bash bench/receipts_aside.sh take FILES_AT`); the Triton cache is returned as a tarball in
 # parts (TRITON_CACHE_DIR lives in the repository, git-ignored; join the parts an earlier
 # call returned into .triton-cache.tgz and carry it, and compiled kernels of unchanged
 # source are reused; with a cold cache the GPU tests' gate took 295 s on 2026-12-01).
@@ -112,9 +113,15 @@ while [ $# -gt 0 ]; do
   esac
 done
 if [ -n "$tests_pid" ]; then wait "$tests_pid"; say "tests done"; tail -30 "$OUT/pytest_gpu.log"; fi
-mkdir -p "$OUT/receipts"  # only the receipts this call wrote (8 files come back at most)
-find receipts -maxdepth 1 -name '*.json' -newer "$marker" -exec cp {} "$OUT/receipts/" \;
-cp receipts/MANIFEST.jsonl "$OUT/receipts/"
+# Only the receipts this call wrote, with the manifest, in one tarball: a call returns 8 files
+# at most and silently drops the rest (on 2026-12-01 two receipts of a five-receipt call were
+# lost that way, and had to be made again). Unpack here with
+#   mkdir -p /tmp/back && cat FILES_AT/receipts.tar.part* | tar -x -C /tmp/back
+# and check that the local manifest is a prefix of the returned one before copying.
+find receipts -maxdepth 1 -name '*.json' -newer "$marker" -printf '%f\n' >/tmp/new-receipts
+echo MANIFEST.jsonl >>/tmp/new-receipts
+tar -cf - -C receipts -T /tmp/new-receipts | split -b 15m -d - "$OUT/receipts.tar.part"
+say "receipts returned: $(tr '\n' ' ' </tmp/new-receipts)"
 # Files come back at 16 MiB each at most: the cache returns in 15 MiB parts, two at most
 # (join them here: cat triton-cache.tgz.part* > .triton-cache.tgz).
 tar -czf /tmp/triton-cache.tgz -C "$TRITON_CACHE_DIR" .
@@ -124,4 +131,6 @@ if [ "$cache_bytes" -le $(( 30 * 1024 * 1024 )) ]; then
 else
   say "Triton cache of $cache_bytes bytes: too large to return"
 fi
+returned=$(find "$OUT" -type f | wc -l)
+[ "$returned" -le 8 ] || say "WARNING: $returned files under \$OUT; a call returns 8 at most"
 say "end"

@@ -22,10 +22,12 @@ The no-op launches are module globals of pp3kernels.selector swapped for the tim
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import statistics
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from selector_ab import K, make_inputs, time_case  # bench/ is the script's own folder
@@ -57,6 +59,21 @@ def without(*names: str) -> Iterator[None]:
 def time_calls(calls: list[Callable[[], Any]], cpu: bool) -> float:
     """Median µs per call, timed as bench/selector_ab.py times (CUDA-graph replays)."""
     return statistics.median(time_case(calls, cpu))
+
+
+Work = TypeVar("Work")
+
+
+def precompile(
+    compile_slice: Callable[[list[Work]], int], work: Sequence[Work], workers: int = 12
+) -> None:
+    """Fill the Triton cache in parallel: ``compile_slice`` (a module-level function, so that
+    spawned processes can import it) compiles one slice of ``work`` and returns its length."""
+    slices = [list(work[i::workers]) for i in range(workers)]
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        done = sum(pool.map(compile_slice, [part for part in slices if part]))
+    print(f"compiled {done} variants", flush=True)
 
 
 def main() -> int:

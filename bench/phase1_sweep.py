@@ -46,7 +46,7 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
-from launch_split import time_calls, without  # bench/ is the script's own folder
+from launch_split import precompile, time_calls, without  # bench/ is the script's own folder
 from selector_ab import K, make_inputs
 
 from pp3kernels.selector import LaunchPlan, plan_launch, verify_chain
@@ -213,17 +213,6 @@ def _compile(configs: list[Config]) -> int:
     return len(configs)
 
 
-def precompile(configs: list[Config], workers: int = 12) -> None:
-    """Compile every config into the Triton cache in parallel spawned processes."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    slices = [configs[i::workers] for i in range(workers)]
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        done = sum(pool.map(_compile, [part for part in slices if part]))
-    print(f"compiled {done} variants", flush=True)
-
-
 VOCAB = 129_280
 
 
@@ -343,7 +332,7 @@ def main() -> int:
                     cfg = {"CHUNK": chunk, "ROWS": rows_, "G": g, "BV": bv, "MODE": 2, "PF": pf}
                     stage1.append((cfg, w))
         if not cpu:
-            precompile(stage1)
+            precompile(_compile, stage1)
         b1 = part_b((4,) if cpu else (64,), vocab, device, l2, cpu, stage1)
         ranked = sorted((r for r in b1 if r["us"] == r["us"]), key=lambda r: r["us"])
         # Stage 2: the fastest shapes and the selector's own, every mode, every batch size.
@@ -351,7 +340,7 @@ def main() -> int:
         carried += [({k: c[k] for k in KEYS}, w) for c, w in BASELINES]
         stage2 = [({**c, "MODE": mode}, w) for c, w in carried for mode in (0, 1, 2, 4)]
         if not cpu:
-            precompile(stage2)
+            precompile(_compile, stage2)
         report["B1"] = b1
         report["B2"] = part_b(batches, vocab, device, l2, cpu, stage2)
     if own_cache is None:

@@ -29,13 +29,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import torch
-from launch_split import time_calls, without  # bench/ is the script's own folder
+from launch_split import precompile, time_calls, without  # bench/ is the script's own folder
 from selector_ab import K, make_inputs
 
 from pp3kernels.selector import LaunchPlan, plan_launch, verify_chain
@@ -80,15 +78,6 @@ def _compile(work: list[tuple[int, str, int, int]]) -> int:
     return len(work)
 
 
-def precompile(work: list[tuple[int, str, int, int]], workers: int = 12) -> None:
-    """Compile every (case, variant) into the Triton cache in parallel spawned processes."""
-    slices = [work[i::workers] for i in range(workers)]
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        done = sum(pool.map(_compile, [part for part in slices if part]))
-    print(f"compiled {done} case variants", flush=True)
-
-
 VOCAB = 129_280
 
 
@@ -109,7 +98,7 @@ def main() -> int:
         given = [tuple(int(n) for n in v.split("x")) for v in args.variants]
         variants = [DEFAULT] + [(w, f) for w, f in given if (w, f) != DEFAULT]
     if not args.cpu:
-        precompile([(b, q, w, f) for _, b, q in selected for w, f in variants])
+        precompile(_compile, [(b, q, w, f) for _, b, q in selected for w, f in variants])
     records: list[dict[str, Any]] = []
     for name, batch, q in selected:
         sets = 1 if args.cpu else max(1, -(-2 * l2 // (batch * (K + 1) * vocab * 2)))
