@@ -25,6 +25,7 @@
 #            package to compare with; carry ".base" too)
 #   script   python3 ARGS with the call's remaining time (e.g. bench/launch_split.py, which
 #            times each of the selector's launches alone)
+#   bash     bash ARGS with the call's remaining time (e.g. bench/ncu_phases.sh)
 # The receipts this call wrote and the manifest return as $OUT/receipts.tar.part* (take them
 # in with `bash bench/receipts_aside.sh take FILES_AT`); the Triton cache is returned as a tarball in
 # parts (TRITON_CACHE_DIR lives in the repository, git-ignored; join the parts an earlier
@@ -109,6 +110,10 @@ while [ $# -gt 0 ]; do
     pp3)
       timeout $(( 570 - $(elapsed) )) python3 -m pp3cli "${args[@]}" 2>&1 | tail -60 | tee -a "$log"
       say "pp3 exit ${PIPESTATUS[0]}" ;;
+    bash)
+      timeout $(( 570 - $(elapsed) )) bash "${args[@]}" 2>&1 | tee "$OUT/bash.log" \
+        | tail -60 | tee -a "$log"
+      say "bash exit ${PIPESTATUS[0]}" ;;
     *) say "unknown stage $stage"; exit 2 ;;
   esac
 done

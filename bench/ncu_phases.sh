@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Where the small-batch call spends its time, inside each launch: Nsight Compute on the
+# selector's phase-1 and phase-2 kernels (one launch each after warm-up calls), full
+# metric set with PC sampling, for point drafts at B1 T1, B1 T0 and B4 T1, and sparse
+# S = 1024 at B4 T1. Run on the device machine through bench/device_session.sh, whose set-up
+# installs the package: `bash bench/device_session.sh bash bench/ncu_phases.sh` (~2 min);
+# it writes $OUT/ncu.tgz.part* (the CSVs and logs; the binary reports stay behind).
+# ncu reads the hardware counters on this machine's runtime (Firecracker; KINDS.md) and is
+# given --clock-control none: the clocks are left as they are. Each case's report is
+# printed as CSV: the details page (duration, registers, occupancy, warp states) and the
+# source page at SASS level (per-instruction warp-stall samples, with the Python line where
+# the compiler recorded one). Unpack here: cat FILES_AT/ncu.tgz.part* | tar -xz -C DIR.
+set -uo pipefail
+out=${OUT:?run on the device machine: \$OUT is its return folder}
+work=$(mktemp -d)
+ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)
+[ -n "$ncu" ] || { echo "no ncu on this machine"; exit 3; }
+"$ncu" --version | tail -1
+for case in "1 T1 point" "1 T0 point" "4 T1 point" "4 T1 sparse1024"; do
+  set -- $case
+  name="b$1_$2_$3"
+  echo "== $name"
+  # 6 calls, 2 launches each (3 for dense q): skip the first 4 calls' launches.
+  timeout 240 "$ncu" --clock-control none --target-processes all \
+    -k regex:'chain_(stats|finish)_kernel' --launch-skip 8 --launch-count 2 \
+    --set full --import-source yes -f -o "$work/$name" \
+    python3 bench/profile_call.py --batch "$1" --temps "$2" --q "$3" --calls 6 \
+    >"$work/$name.log" 2>&1
+  echo "ncu exit $?"; tail -3 "$work/$name.log"
+  [ -f "$work/$name.ncu-rep" ] || continue
+  "$ncu" -i "$work/$name.ncu-rep" --page details --csv >"$work/$name.details.csv" 2>&1
+  for kernel in chain_stats_kernel chain_finish_kernel; do
+    "$ncu" -i "$work/$name.ncu-rep" -k "$kernel" --page source --csv --print-source sass \
+      >"$work/$name.$kernel.sass.csv" 2>&1
+    "$ncu" -i "$work/$name.ncu-rep" -k "$kernel" --page source --csv \
+      --print-source cuda,sass >"$work/$name.$kernel.source.csv" 2>&1
+  done
+  grep -E '"(Duration|Registers Per Thread|Achieved Occupancy|Warp Cycles Per Issued Instruction)"' \
+    "$work/$name.details.csv" | cut -d, -f5-6,12-15 | head -12
+done
+tar -czf /tmp/ncu.tgz -C "$work" --exclude="*.ncu-rep" . && split -b 15m -d /tmp/ncu.tgz "$out/ncu.tgz.part"
+ls -la "$out"/ncu.tgz.part*
