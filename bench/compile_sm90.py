@@ -1,0 +1,264 @@
+"""The selector's kernels compiled for the H200 (sm_90a) on a machine with no GPU: registers,
+spills and local memory per launch shape, from ptxas, without spending device time.
+
+    python3 bench/compile_sm90.py [--pkg PATH ...] [--only WORD ...]
+
+Triton compiles to a cubin without a driver (its wheel carries ptxas); this script builds
+each kernel's signature as a real launch specialises it (pointers by dtype and 16-byte
+aligned, an int equal to 1 made the constant 1 and a multiple of 16 marked divisible, the
+constexprs of the plan that `pp3kernels.selector.plan_launch` picks for the case) and asks
+the bundled ptxas for its resource report on the PTX. Each --pkg (a folder holding
+a `pp3kernels/`, e.g. .base for main's copy) is compiled in its own subprocess; the default
+is this tree's kernels/. Cases: phase 1 and phase 2 of point drafts at B4 and B64, sparse
+S = 64, 1024 and 4096 at B4, dense q at B4, V = 129280, K = 5. A static view only: it says
+where registers spill, not how long anything takes (that is `pp3 probe` on the device).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+VOCAB = 129_280
+K = 5
+CASES = [
+    ("B4 point", 4, "point", 1),
+    ("B64 point", 64, "point", 1),
+    ("B4 sparse64", 4, "sparse", 64),
+    ("B4 sparse1024", 4, "sparse", 1024),
+    ("B4 sparse4096", 4, "sparse", 4096),
+    ("B4 dense", 4, "dense", 1),
+]
+# Pointer dtypes of the kernels' arguments (a sparse call passes the logits as the unused
+# dense-q pointer, a non-dense call a partials array as the unused mass pointer; overridden
+# per case below).
+_POINTERS = {
+    "logits_ptr": "*bf16",
+    "draft_ptr": "*i32",
+    "qid_ptr": "*i32",
+    "qcnt_ptr": "*i32",
+    "temp_ptr": "*fp32",
+    "seed_ptr": "*i64",
+    "pos_ptr": "*i64",
+    "part_max_ptr": "*fp32",
+    "part_sum_ptr": "*fp32",
+    "part_arg_ptr": "*i32",
+    "part_flag_ptr": "*i32",
+    "scratch_ptr": "*fp32",
+    "tokens_ptr": "*i32",
+    "accepted_ptr": "*i32",
+    "status_ptr": "*i8",
+}
+
+
+def _ptxas_report(ptx: str, arch: str) -> dict[str, int]:
+    """Registers, spill stores/loads and stack frame bytes from ``ptxas -v`` on ``ptx``."""
+    import triton
+
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "k.ptx"
+        path.write_text(ptx)
+        run = subprocess.run(
+            [ptxas, "-v", f"--gpu-name={arch}", str(path), "-o", str(Path(tmp) / "k.cubin")],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    text = run.stdout + run.stderr
+    found = {
+        "registers": re.search(r"Used (\d+) registers", text),
+        "spill_stores": re.search(r"(\d+) bytes spill stores", text),
+        "spill_loads": re.search(r"(\d+) bytes spill loads", text),
+        "stack": re.search(r"(\d+) bytes stack frame", text),
+    }
+    return {key: int(m.group(1)) if m else -1 for key, m in found.items()}
+
+
+def _compile(
+    kernel: Any,
+    signature: dict[str, str],
+    constexprs: dict[str, Any],
+    attrs: dict[tuple[int, ...], list[list[Any]]],
+    warps: int,
+) -> Any:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+
+
+def _int_values(batch: int, q: str, support: int, nsplit: int) -> dict[str, int]:
+    """The integer arguments of a real call (verify_chain on contiguous inputs)."""
+    rows, slots = K + 1, max(support, 1)
+    values = {
+        "stride_lb": rows * VOCAB,
+        "stride_lk": VOCAB,
+        "stride_lv": 1,
+        "stride_db": K,
+        "stride_dk": 1,
+        "stride_qb": K * slots,
+        "stride_qk": slots,
+        "stride_qs": 1,
+        "B": batch,
+        "V": VOCAB,
+        "NSPLIT": nsplit,
+    }
+    if q == "dense":
+        values.update(stride_qb=0, stride_qk=0, stride_qs=0)
+        values.update(stride_qdb=K * VOCAB, stride_qdk=VOCAB, stride_qdv=1)
+    else:  # the logits stand in for the unused dense-q pointer, with zero strides
+        values.update(stride_qdb=0, stride_qdk=0, stride_qdv=0)
+    return values
+
+
+def _specialise(
+    kernel: Any, constexprs: dict[str, Any], overrides: dict[str, str], values: dict[str, int]
+) -> tuple[dict[str, str], dict[str, Any], dict[tuple[int, ...], list[list[Any]]]]:
+    """(signature, constexprs, attrs) as Triton's launcher specialises a real call: pointers
+    16-byte aligned; an int equal to 1 becomes the constant 1 and a multiple of 16 is marked
+    divisible by 16 (unless the kernel names it in do_not_specialize); other ints i32."""
+    signature, constants = {}, dict(constexprs)
+    attrs: dict[tuple[int, ...], list[list[Any]]] = {}
+    divisible = [["tt.divisibility", 16]]
+    for index, param in enumerate(kernel.params):
+        name = param.name
+        if name in constexprs:
+            signature[name] = "constexpr"
+        elif name.endswith("_ptr"):
+            signature[name] = overrides.get(name, _POINTERS.get(name, "*fp32"))
+            attrs[(index,)] = divisible
+        elif name == "denominator_f":
+            signature[name] = "fp32"
+        else:
+            value = values[name]
+            if param.do_not_specialize:
+                signature[name] = "i32"
+            elif value == 1:
+                signature[name] = "constexpr"
+                constants[name] = 1
+            else:
+                signature[name] = "i32"
+                if value % 16 == 0:
+                    attrs[(index,)] = divisible
+    return signature, constants, attrs
+
+
+def worker(only: list[str] | None) -> list[dict[str, Any]]:
+    import triton
+
+    import pp3kernels
+    from pp3kernels.jit import chain
+    from pp3kernels.jit.launch import Q_DENSE, Q_SPARSE
+    from pp3kernels.selector import plan_launch, slot_axis, split_axis
+
+    rows = []
+    for name, batch, q, support in CASES:
+        if only and not any(word in name for word in only):
+            continue
+        plan = plan_launch(batch, K + 1, VOCAB, interpreter=False, support=support)
+        r = triton.next_power_of_2(K + 1)
+        stats_const = {
+            "CHUNK": plan.chunk,
+            "K": K,
+            "R": r,
+            "BLOCK_B": plan.block_b,
+            "BLOCK_V": plan.block_v,
+            "BLOCK_R": plan.flat_rows or plan.block_b * r,
+            "FLAT": bool(plan.flat_rows),
+            "GROUPS": plan.groups,
+        }
+        q_mode = {"dense": Q_DENSE, "sparse": Q_SPARSE, "point": Q_SPARSE}[q]
+        finish_const = {
+            "CHUNK": plan.chunk,
+            "K": K,
+            "R": r,
+            "S": support,
+            "S_P2": slot_axis(support),
+            "Q_MODE": q_mode,
+            "NSPLIT_P2": split_axis(plan.nsplit),
+            "BLOCK_B": plan.block_b,
+            "BLOCK_F": plan.block_f or plan.block_v,
+        }
+        dense = {"qdense_ptr": "*fp32", "mass_ptr": "*fp64"}
+        other = {"qdense_ptr": "*bf16", "mass_ptr": "*fp32"}
+        launches = [("stats", chain.chain_stats_kernel, stats_const, plan.num_warps, {})]
+        launches.append(
+            (
+                "finish",
+                chain.chain_finish_kernel,
+                finish_const,
+                plan.finish_warps,
+                dense if q == "dense" else other,
+            )
+        )
+        if q == "dense":
+            rescan_const = {k: v for k, v in finish_const.items() if k != "CHUNK"}
+            rescan_const["CHUNK"] = plan.chunk
+            launches.append(("rescan", chain.chain_rescan_kernel, rescan_const, plan.finish_warps, dense))
+        values = _int_values(batch, q, support, plan.nsplit)
+        for phase, kernel, constexprs, warps, overrides in launches:
+            names = {p.name for p in kernel.params}
+            constexprs = {k: v for k, v in constexprs.items() if k in names}
+            signature, constants, attrs = _specialise(kernel, constexprs, overrides, values)
+            try:
+                compiled = _compile(kernel, signature, constants, attrs, warps)
+                report = _ptxas_report(compiled.asm["ptx"], "sm_90a")
+                report["shared"] = int(compiled.metadata.shared)
+            except Exception as err:  # a shape that does not compile is a finding, not a crash
+                report = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
+            rows.append({"case": name, "phase": phase, "warps": warps, **report})
+    print(f"package {Path(pp3kernels.__file__).parent}", file=sys.stderr)
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--pkg", nargs="*", default=[], help="folders holding a pp3kernels/")
+    parser.add_argument("--only", nargs="+", metavar="WORD", help="cases naming one of these")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.only)))
+        return 0
+    results = {}
+    for pkg in [str(ROOT / "kernels"), *args.pkg]:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([pkg, str(ROOT)])}
+        env.pop("TRITON_INTERPRET", None)
+        cmd = [sys.executable, __file__, "--worker", *(["--only", *args.only] if args.only else [])]
+        run = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        if run.returncode != 0:
+            print(run.stderr[-3000:], file=sys.stderr)
+            return 1
+        results[pkg] = json.loads(run.stdout.strip().splitlines()[-1])
+    print(f"{'case':15s} {'phase':7s} {'warps':>5s}  " + "  ".join(f"{Path(p).name:>28s}" for p in results))
+    first = next(iter(results.values()))
+    for i, row in enumerate(first):
+        cells = []
+        for rows in results.values():
+            cell = rows[i]
+            if "error" in cell:
+                cells.append(f"{'ERROR':>28s}")
+            else:
+                text = f"{cell['registers']} reg {cell['spill_stores']}/{cell['spill_loads']} spill {cell['stack']} stk"
+                cells.append(f"{text:>28s}")
+        print(f"{row['case']:15s} {row['phase']:7s} {row['warps']:5d}  " + "  ".join(cells))
+    for rows in results.values():
+        for cell in rows:
+            if "error" in cell:
+                print(f"{cell['case']} {cell['phase']}: {cell['error']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
