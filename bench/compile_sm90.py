@@ -203,9 +203,8 @@ def worker(only: list[str] | None) -> list[dict[str, Any]]:
             )
         )
         if q == "dense":
-            rescan_const = {k: v for k, v in finish_const.items() if k != "CHUNK"}
-            rescan_const["CHUNK"] = plan.chunk
-            launches.append(("rescan", chain.chain_rescan_kernel, rescan_const, plan.finish_warps, dense))
+            rescan = chain.chain_rescan_kernel
+            launches.append(("rescan", rescan, finish_const, plan.finish_warps, dense))
         values = _int_values(batch, q, support, plan.nsplit)
         for phase, kernel, constexprs, warps, overrides in launches:
             names = {p.name for p in kernel.params}
@@ -241,7 +240,8 @@ def main() -> int:
             print(run.stderr[-3000:], file=sys.stderr)
             return 1
         results[pkg] = json.loads(run.stdout.strip().splitlines()[-1])
-    print(f"{'case':15s} {'phase':7s} {'warps':>5s}  " + "  ".join(f"{Path(p).name:>28s}" for p in results))
+    names = "  ".join(f"{Path(p).name:>28s}" for p in results)
+    print(f"{'case':15s} {'phase':7s} {'warps':>5s}  " + names)
     first = next(iter(results.values()))
     for i, row in enumerate(first):
         cells = []
@@ -250,7 +250,8 @@ def main() -> int:
             if "error" in cell:
                 cells.append(f"{'ERROR':>28s}")
             else:
-                text = f"{cell['registers']} reg {cell['spill_stores']}/{cell['spill_loads']} spill {cell['stack']} stk"
+                spill = f"{cell['spill_stores']}/{cell['spill_loads']}"
+                text = f"{cell['registers']} reg {spill} spill {cell['stack']} stk"
                 cells.append(f"{text:>28s}")
         print(f"{row['case']:15s} {row['phase']:7s} {row['warps']:5d}  " + "  ".join(cells))
     for rows in results.values():
