@@ -8,13 +8,15 @@ walks its chunk in chunk / (groups * block_v) dependent steps, and every shape t
 sweep measured at B1 took 4 of them (bench/NOTES.md, "what bounds phase 1"): 4.9-5.4 µs
 alone, against 7.1 with 8 steps. This sweep varies the steps per program through the plan
 alone (the ``plan=`` argument; no kernel changes): chunks of 512 to 4096 tokens, [8, G,
-block_v] tiles of 2 or 4 groups, 4 to 16 warps; every variant keeps the draw tile block_f =
-min(1024, chunk) and phase 2 at 8 warps. More splits cost phase 2 a wider partials axis
-(NSPLIT_P2 = 256 at chunk 512), so the full call is what is timed.
+block_v] tiles of 2 or 4 groups, 8 or 16 warps; every variant keeps the draw tile block_f =
+min(1024, chunk). More splits cost phase 2 a wider partials axis (NSPLIT_P2 = 256 at chunk
+512), so the full call is what is timed. It also runs phase 2 in 1, 2 and 4 warps: compiled
+for sm_90a (bench/compile_sm90.py) the point-draft finish has 83 block barriers at 4 and 8
+warps and 7 in one warp, whose reductions are warp shuffles.
 
 Cases: bench/selector_ab.py's inputs (V = 129280 bf16, K = 5): point drafts at B in {1, 2, 4,
-8, 16} all T1, B in {1, 4} all T0, B4 half T0, and B4 sparse S = 64; B64 T1 as the control
-whose plan the sweep does not target. For every case and variant: phase 1 alone (the finish
+8, 16} all T1, B in {1, 4} all T0, B4 half T0, B4 sparse S = 64 and dense q; B64 T1 as the
+control whose plan the sweep does not target. For every case and variant: phase 1 alone (the finish
 launch swapped for a no-op) and the full call, timed as bench/selector_ab.py times (CUDA
 graphs of 10 calls over input sets that exceed 2 x L2, median of 100 replays, µs per call),
 and the number of requests whose outputs differ from the default plan's. A different chunk
@@ -38,19 +40,23 @@ from selector_ab import K, make_inputs
 from pp3kernels.selector import LaunchPlan, plan_launch, verify_chain
 
 VOCAB = 129_280
-# (chunk, block_v, groups, warps): steps per program = chunk / (groups * block_v).
-Variant = tuple[int, int, int, int]
+# (chunk, block_v, groups, warps, finish warps): steps per program = chunk / (groups *
+# block_v); the finish warps are phase 2's (the plan's finish_warps; 8 today).
+Variant = tuple[int, int, int, int, int]
 VARIANTS: list[Variant] = [
-    (2048, 256, 2, 8),  # today's B < 16 plan: 4 steps, 64 splits
-    (1024, 256, 2, 8),  # 2 steps, 127 splits
-    (512, 256, 2, 8),  # 1 step, 253 splits
-    (1024, 128, 4, 8),  # 2 steps, 127 splits, 4 groups
-    (512, 128, 2, 4),  # 2 steps, 253 splits, 4 warps
-    (2048, 512, 2, 8),  # 2 steps, 64 splits, 32 elements a thread
-    (2048, 1024, 2, 16),  # 1 step, 64 splits, 16 warps
-    (4096, 1024, 2, 16),  # 2 steps, 32 splits, 16 warps
+    (2048, 256, 2, 8, 8),  # today's B < 16 plan: 4 steps, 64 splits
+    (2048, 256, 2, 8, 1),  # phase 2 in one warp: its reductions without block barriers
+    (2048, 256, 2, 8, 2),
+    (2048, 256, 2, 8, 4),
+    (1024, 256, 2, 8, 8),  # 2 steps, 127 splits
+    (1024, 128, 4, 8, 8),  # 2 steps, 127 splits, 4 groups
+    (512, 256, 2, 8, 8),  # 1 step, 253 splits (the finish spills: compile_sm90.py)
+    (2048, 512, 2, 8, 8),  # 2 steps, 64 splits, 32 elements a thread
+    (2048, 1024, 2, 16, 8),  # 1 step, 64 splits, 16 warps
+    (2048, 1024, 2, 16, 1),  # 1 step and phase 2 in one warp
+    (4096, 1024, 2, 16, 8),  # 2 steps, 32 splits, 16 warps
 ]
-CPU_VARIANTS: list[Variant] = [(1024, 128, 2, 4), (512, 128, 2, 4)]
+CPU_VARIANTS: list[Variant] = [(1024, 128, 2, 4, 4), (512, 128, 2, 4, 1)]
 
 
 def cases(cpu: bool, only: list[str] | None) -> list[tuple[str, int, str, str]]:
@@ -61,13 +67,14 @@ def cases(cpu: bool, only: list[str] | None) -> list[tuple[str, int, str, str]]:
         out = [(f"B{b} T1 point", b, "T1", "point") for b in (1, 2, 4, 8, 16)]
         out += [(f"B{b} T0 point", b, "T0", "point") for b in (1, 4)]
         out += [("B4 half point", 4, "half", "point"), ("B4 T1 sparse64", 4, "T1", "sparse64")]
-        out += [("B64 T1 point", 64, "T1", "point")]
+        out += [("B4 T1 dense", 4, "T1", "dense"), ("B64 T1 point", 64, "T1", "point")]
     return [c for c in out if not only or any(word in c[0] for word in only)]
 
 
 def variant_plan(batch: int, q: str, vocab: int, cpu: bool, variant: Variant) -> LaunchPlan:
-    """The default plan for the case with phase 1's chunk, tile, groups and warps replaced."""
-    chunk, block_v, groups, warps = variant
+    """The default plan for the case with phase 1's chunk, tile, groups and warps and phase
+    2's warps replaced."""
+    chunk, block_v, groups, warps, finish_warps = variant
     support = int(q.removeprefix("sparse")) if q.startswith("sparse") else 1
     plan = plan_launch(batch, K + 1, vocab, interpreter=cpu, support=support)
     fields: dict[str, Any] = {
@@ -78,6 +85,7 @@ def variant_plan(batch: int, q: str, vocab: int, cpu: bool, variant: Variant) ->
         "groups": groups,
         "num_warps": warps,
         "block_f": min(1024, chunk),
+        "finish_warps": finish_warps,
     }
     if cpu:  # the interpreter tiles whole requests (flat rows are a GPU plan)
         fields["flat_rows"] = 0
@@ -94,8 +102,8 @@ def _compile(work: list[tuple[int, str, str, Variant]]) -> int:
 
 
 def label(variant: Variant) -> str:
-    chunk, block_v, groups, warps = variant
-    return f"c{chunk} v{block_v} g{groups} w{warps}"
+    chunk, block_v, groups, warps, finish_warps = variant
+    return f"c{chunk} v{block_v} g{groups} w{warps} f{finish_warps}"
 
 
 def main() -> int:
