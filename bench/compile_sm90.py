@@ -177,6 +177,7 @@ def worker(only: list[str] | None) -> list[dict[str, Any]]:
             "BLOCK_R": plan.flat_rows or plan.block_b * r,
             "FLAT": bool(plan.flat_rows),
             "GROUPS": plan.groups,
+            "STAGES": getattr(plan, "stages", 1),
         }
         q_mode = {"dense": Q_DENSE, "sparse": Q_SPARSE, "point": Q_SPARSE}[q]
         finish_const = {

@@ -1,4 +1,5 @@
-"""Phase 1's loop length at small batches: the selector's launch plan by chunk and tile.
+"""The selector's launch plan, field by field: phase 1's loop length at small batches,
+phase 2's warps, and phase 1's software pipeline at every batch size.
 
 Run on the device machine (`python3 bench/small_batch_plans.py [--out DIR] [--only WORD ...]`);
 `--cpu` runs two cases once at V = 3000 in Triton's interpreter, to test the script itself.
@@ -6,24 +7,28 @@ Run on the device machine (`python3 bench/small_batch_plans.py [--out DIR] [--on
 At B <= 16 phase 1 is a latency chain, not a stream: one program per (8 flat rows, chunk)
 walks its chunk in chunk / (groups * block_v) dependent steps, and every shape the phase-1
 sweep measured at B1 took 4 of them (bench/NOTES.md, "what bounds phase 1"): 4.9-5.4 µs
-alone, against 7.1 with 8 steps. This sweep varies the steps per program through the plan
-alone (the ``plan=`` argument; no kernel changes): chunks of 512 to 4096 tokens, [8, G,
-block_v] tiles of 2 or 4 groups, 8 or 16 warps; every variant keeps the draw tile block_f =
-min(1024, chunk). More splits cost phase 2 a wider partials axis (NSPLIT_P2 = 256 at chunk
-512), so the full call is what is timed. It also runs phase 2 in 1, 2 and 4 warps: compiled
-for sm_90a (bench/compile_sm90.py) the point-draft finish has 83 block barriers at 4 and 8
-warps and 7 in one warp, whose reductions are warp shuffles.
+alone, against 7.1 with 8 steps. The "small" variants (B <= 16 cases only) vary the steps
+per program through the plan alone (the ``plan=`` argument): chunks of 512 to 4096 tokens,
+[8, G, block_v] tiles of 2 or 4 groups, 8 or 16 warps, the draw tile block_f = min(1024,
+chunk); more splits cost phase 2 a wider partials axis (NSPLIT_P2 = 256 at chunk 512), so
+the full call is what is timed. They also run phase 2 in 1, 2 and 4 warps: compiled for
+sm_90a (bench/compile_sm90.py) the point-draft finish has 83 block barriers at 4 and 8
+warps and 7 in one warp, whose reductions are warp shuffles. The "all" variants set
+``stages`` 2 to 4: phase 1's chunk loops then stage the next steps' loads through shared
+memory (cp.async) while a step is folded in (stages = 1 compiles to today's SASS).
 
 Cases: bench/selector_ab.py's inputs (V = 129280 bf16, K = 5): point drafts at B in {1, 2, 4,
-8, 16} all T1, B in {1, 4} all T0, B4 half T0, B4 sparse S = 64 and dense q; B64 T1 as the
-control whose plan the sweep does not target. For every case and variant: phase 1 alone (the finish
-launch swapped for a no-op) and the full call, timed as bench/selector_ab.py times (CUDA
-graphs of 10 calls over input sets that exceed 2 x L2, median of 100 replays, µs per call),
-and the number of requests whose outputs differ from the default plan's. A different chunk
-changes where the inverse-CDF draw's sums are rounded, so a request may differ when its
-uniform falls within rounding of a token boundary (expected: none in these few thousand
-requests); more than that is a bug. All variants are compiled first, in parallel processes.
-Prints one table last (full call / phase 1 µs per variant) and writes DIR/small_batch_plans.json.
+8, 16} all T1, B in {1, 4} all T0, B4 half T0, B4 sparse S = 64 and dense q; B in {64,
+256, 1024} all T1 and all T0, B256 half and B64 dense. For every case and variant that
+applies: phase 1 alone (the later launches swapped for no-ops) and the full call, timed as
+bench/selector_ab.py times (CUDA graphs of 10 calls over input sets that exceed 2 x L2,
+median of 100 replays, µs per call), and the number of requests whose outputs differ from
+the default plan's. A different chunk changes where the inverse-CDF draw's sums are
+rounded, so a request may differ when its uniform falls within rounding of a token
+boundary (expected: none in these few thousand requests); more than that is a bug, and so
+is any difference under the other fields. All variants are compiled first, in parallel
+processes. Prints one table last (full call / phase 1 µs per variant) and writes
+DIR/small_batch_plans.json.
 """
 
 from __future__ import annotations
@@ -40,23 +45,31 @@ from selector_ab import K, make_inputs
 from pp3kernels.selector import LaunchPlan, plan_launch, verify_chain
 
 VOCAB = 129_280
-# (chunk, block_v, groups, warps, finish warps): steps per program = chunk / (groups *
-# block_v); the finish warps are phase 2's (the plan's finish_warps; 8 today).
-Variant = tuple[int, int, int, int, int]
+# Each variant overrides fields of the case's default plan (steps per phase-1 program =
+# chunk / (groups * block_v); finish_warps is phase 2's; stages > 1 software-pipelines
+# phase 1's loads). "small" variants run on the B <= 16 cases only, "all" on every case.
+Variant = tuple[str, dict[str, int]]
 VARIANTS: list[Variant] = [
-    (2048, 256, 2, 8, 8),  # today's B < 16 plan: 4 steps, 64 splits
-    (2048, 256, 2, 8, 1),  # phase 2 in one warp: its reductions without block barriers
-    (2048, 256, 2, 8, 2),
-    (2048, 256, 2, 8, 4),
-    (1024, 256, 2, 8, 8),  # 2 steps, 127 splits
-    (1024, 128, 4, 8, 8),  # 2 steps, 127 splits, 4 groups
-    (512, 256, 2, 8, 8),  # 1 step, 253 splits (the finish spills: compile_sm90.py)
-    (2048, 512, 2, 8, 8),  # 2 steps, 64 splits, 32 elements a thread
-    (2048, 1024, 2, 16, 8),  # 1 step, 64 splits, 16 warps
-    (2048, 1024, 2, 16, 1),  # 1 step and phase 2 in one warp
-    (4096, 1024, 2, 16, 8),  # 2 steps, 32 splits, 16 warps
+    ("small", {"finish_warps": 1}),  # phase 2 in one warp: reductions without block barriers
+    ("small", {"finish_warps": 2}),
+    ("small", {"finish_warps": 4}),
+    ("small", {"chunk": 1024, "block_v": 256, "groups": 2, "num_warps": 8}),  # 2 steps
+    ("small", {"chunk": 1024, "block_v": 128, "groups": 4, "num_warps": 8}),  # 2 steps
+    ("small", {"chunk": 512, "block_v": 256, "groups": 2, "num_warps": 8}),  # 1 step (spills)
+    ("small", {"chunk": 2048, "block_v": 512, "groups": 2, "num_warps": 8}),  # 2 steps
+    ("small", {"chunk": 2048, "block_v": 1024, "groups": 2, "num_warps": 16}),  # 1 step
+    ("small", {"chunk": 2048, "block_v": 1024, "groups": 2, "num_warps": 16, "finish_warps": 1}),
+    ("small", {"chunk": 4096, "block_v": 1024, "groups": 2, "num_warps": 16}),  # 2 steps
+    ("all", {"stages": 2}),
+    ("all", {"stages": 3}),
+    ("all", {"stages": 4}),
 ]
-CPU_VARIANTS: list[Variant] = [(1024, 128, 2, 4, 4), (512, 128, 2, 4, 1)]
+CPU_VARIANTS: list[Variant] = [
+    ("all", {"chunk": 1024, "block_v": 128, "groups": 2, "num_warps": 4}),
+    ("all", {"chunk": 512, "block_v": 128, "groups": 2, "num_warps": 4, "finish_warps": 1}),
+    ("all", {"stages": 3}),
+]
+SMALL = 16
 
 
 def cases(cpu: bool, only: list[str] | None) -> list[tuple[str, int, str, str]]:
@@ -67,43 +80,48 @@ def cases(cpu: bool, only: list[str] | None) -> list[tuple[str, int, str, str]]:
         out = [(f"B{b} T1 point", b, "T1", "point") for b in (1, 2, 4, 8, 16)]
         out += [(f"B{b} T0 point", b, "T0", "point") for b in (1, 4)]
         out += [("B4 half point", 4, "half", "point"), ("B4 T1 sparse64", 4, "T1", "sparse64")]
-        out += [("B4 T1 dense", 4, "T1", "dense"), ("B64 T1 point", 64, "T1", "point")]
+        out += [("B4 T1 dense", 4, "T1", "dense")]
+        out += [(f"B{b} {t} point", b, t, "point") for b in (64, 256, 1024) for t in ("T1", "T0")]
+        out += [("B256 half point", 256, "half", "point"), ("B64 T1 dense", 64, "T1", "dense")]
     return [c for c in out if not only or any(word in c[0] for word in only)]
 
 
-def variant_plan(batch: int, q: str, vocab: int, cpu: bool, variant: Variant) -> LaunchPlan:
-    """The default plan for the case with phase 1's chunk, tile, groups and warps and phase
-    2's warps replaced."""
-    chunk, block_v, groups, warps, finish_warps = variant
+def variant_plan(
+    batch: int, q: str, vocab: int, cpu: bool, overrides: dict[str, int]
+) -> LaunchPlan:
+    """The case's default plan with ``overrides``; a new chunk brings its split count and a
+    draw tile of min(1024, chunk)."""
     support = int(q.removeprefix("sparse")) if q.startswith("sparse") else 1
     plan = plan_launch(batch, K + 1, vocab, interpreter=cpu, support=support)
-    fields: dict[str, Any] = {
-        **plan.__dict__,
-        "chunk": chunk,
-        "nsplit": -(-vocab // chunk),
-        "block_v": block_v,
-        "groups": groups,
-        "num_warps": warps,
-        "block_f": min(1024, chunk),
-        "finish_warps": finish_warps,
-    }
+    fields: dict[str, Any] = {**plan.__dict__, **overrides}
+    if "chunk" in overrides:
+        fields["nsplit"] = -(-vocab // overrides["chunk"])
+        fields["block_f"] = min(1024, overrides["chunk"])
     if cpu:  # the interpreter tiles whole requests (flat rows are a GPU plan)
         fields["flat_rows"] = 0
     return LaunchPlan(**fields)
 
 
-def _compile(work: list[tuple[int, str, str, Variant]]) -> int:
-    """Worker: compile each (batch, temperatures, q, variant) by one call on one input set."""
-    for batch, temps, q, variant in work:
+def applies(variant: Variant, batch: int) -> bool:
+    """Whether the variant runs on a case of ``batch`` requests (and the plan has its fields:
+    ``stages`` comes with bench/pending/v5-step7-phase1-stages.patch)."""
+    known = all(field in LaunchPlan.__dataclass_fields__ for field in variant[1])
+    return known and (variant[0] == "all" or batch <= SMALL)
+
+
+def _compile(work: list[tuple[int, str, str, dict[str, int]]]) -> int:
+    """Worker: compile each (batch, temperatures, q, overrides) by one call on one input set."""
+    for batch, temps, q, overrides in work:
         args = make_inputs(batch, temps, q, 0, VOCAB, "cuda")
-        verify_chain(**args, validate=False, plan=variant_plan(batch, q, VOCAB, False, variant))
+        verify_chain(**args, validate=False, plan=variant_plan(batch, q, VOCAB, False, overrides))
     torch.cuda.synchronize()
     return len(work)
 
 
 def label(variant: Variant) -> str:
-    chunk, block_v, groups, warps, finish_warps = variant
-    return f"c{chunk} v{block_v} g{groups} w{warps} f{finish_warps}"
+    short = {"chunk": "c", "block_v": "v", "groups": "g", "num_warps": "w"}
+    short.update(finish_warps="f", stages="s")
+    return " ".join(f"{short[k]}{v}" for k, v in variant[1].items())
 
 
 def main() -> int:
@@ -117,7 +135,8 @@ def main() -> int:
     selected = cases(args.cpu, args.only)
     variants = CPU_VARIANTS if args.cpu else VARIANTS
     if not args.cpu:
-        precompile(_compile, [(b, t, q, v) for _, b, t, q in selected for v in variants])
+        work = [(b, t, q, v[1]) for _, b, t, q in selected for v in variants if applies(v, b)]
+        precompile(_compile, work)
     records: list[dict[str, Any]] = []
     for name, batch, temps, q in selected:
         sets = 1 if args.cpu else max(1, -(-2 * l2 // (batch * (K + 1) * vocab * 2)))
@@ -127,7 +146,9 @@ def main() -> int:
         rec["default"] = time_calls(default_calls, args.cpu)
         want = [[t.clone() for t in call()] for call in default_calls]
         for variant in variants:
-            plan = variant_plan(batch, q, vocab, args.cpu, variant)
+            if not applies(variant, batch):
+                continue
+            plan = variant_plan(batch, q, vocab, args.cpu, variant[1])
             calls = [lambda a=a, p=plan: verify_chain(**a, validate=False, plan=p) for a in inputs]
             differ = 0
             for call, expected in zip(calls, want, strict=True):
@@ -158,7 +179,10 @@ def main() -> int:
     for rec in records:
         cells = []
         for lab in labels:
-            cell = rec[lab]
+            cell = rec.get(lab)
+            if cell is None:
+                cells.append("-")
+                continue
             text = f"{cell['full']:.2f} / {cell['stats']:.2f}"
             cells.append(f"{text}{' [' + str(cell['differ']) + ']' if cell['differ'] else ''}")
         print(f"{rec['case']:16s} {rec['default']:8.2f} " + " ".join(f"{c:>21s}" for c in cells))
