@@ -37,8 +37,9 @@
 # that travel for the Triton cache or FlashInfer's wheels:
 #   rm -rf .gitcopy /tmp/shallow && git clone -q --depth 1 "file://$PWD" /tmp/shallow \
 #     && mv /tmp/shallow/.git .gitcopy && cp .git/info/exclude .gitcopy/info/exclude
-# The committed receipts alone are about 48 MB (2026-12-01), so the tree with FlashInfer's
-# wheels (26 MB) or the Triton cache no longer fits: before such a call, here,
+# The committed receipts alone are about 59 MB (end of 2026-12-01), so the tree with
+# anything more (FlashInfer's wheels, 26 MB; the Triton cache, ~30 MB) does not fit: before
+# every call, here,
 # `bash bench/receipts_aside.sh out RECEIPT_IT_SUPERSEDES.json` (MANIFEST.jsonl stays: the new
 # line chains to its last one), and `bash bench/receipts_aside.sh back` after it.
 set -o pipefail

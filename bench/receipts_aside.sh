@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Make room in the device call's 64 MiB: the committed receipts (48 MB on 2026-12-01, growing
-# ~2 MB per qualification) travel with every call, though only a call that supersedes one
+# Make room in the device call's 64 MiB: the committed receipts (59 MB at the end of
+# 2026-12-01, growing ~2 MB per qualification; past the limit with anything else carried, so
+# every call now needs this) travel with every call, though only a call that supersedes one
 # needs that one. Run here, from the repository root, before and after a device call:
 #
 #   bash bench/receipts_aside.sh out [RECEIPT.json ...]   # keep MANIFEST.jsonl and these
