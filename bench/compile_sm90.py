@@ -1,13 +1,19 @@
 """The selector's kernels compiled for the H200 (sm_90a) on a machine with no GPU: registers,
-spills and local memory per launch shape, from ptxas, without spending device time.
+spills, shared memory and SASS counts per launch shape, without spending device time.
 
-    python3 bench/compile_sm90.py [--pkg PATH ...] [--only WORD ...]
+    python3 bench/compile_sm90.py [--pkg PATH ...] [--only WORD ...] [--finish-warps N]
+                                  [--stages N] [--barrier-lines]
 
 Triton compiles to a cubin without a driver (its wheel carries ptxas); this script builds
 each kernel's signature as a real launch specialises it (pointers by dtype and 16-byte
 aligned, an int equal to 1 made the constant 1 and a multiple of 16 marked divisible, the
 constexprs of the plan that `pp3kernels.selector.plan_launch` picks for the case) and asks
-the bundled ptxas for its resource report on the PTX. Each --pkg (a folder holding
+the bundled ptxas for its resource report on the PTX; cuobjdump counts the cubin's
+instructions, block barriers (BAR.SYNC) and cp.async loads (LDGSTS). --finish-warps and
+--stages override those plan fields (stages needs a package that has the field);
+--barrier-lines charges each barrier to the last chain.py line before it in `nvdisasm -gi`
+(inlined helpers such as tl.sum report Triton's own lines, so the caller's is the useful
+one). Each --pkg (a folder holding
 a `pp3kernels/`, e.g. .base for main's copy) is compiled in its own subprocess; the default
 is this tree's kernels/. Cases: phase 1 and phase 2 of point drafts at B4 and B64, sparse
 S = 64, 1024 and 4096 at B4, dense q at B4, V = 129280, K = 5. A static view only: it says
@@ -61,9 +67,7 @@ _POINTERS = {
 
 def _ptxas_report(ptx: str, arch: str) -> dict[str, int]:
     """Registers, spill stores/loads and stack frame bytes from ``ptxas -v`` on ``ptx``."""
-    import triton
-
-    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    ptxas = _tool("ptxas")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "k.ptx"
         path.write_text(ptx)
@@ -81,6 +85,49 @@ def _ptxas_report(ptx: str, arch: str) -> dict[str, int]:
         "stack": re.search(r"(\d+) bytes stack frame", text),
     }
     return {key: int(m.group(1)) if m else -1 for key, m in found.items()}
+
+
+def _tool(name: str) -> Path:
+    """One of the CUDA tools Triton's wheel carries (ptxas, cuobjdump, nvdisasm)."""
+    import triton
+
+    return Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name
+
+
+def _sass_report(cubin: bytes, barrier_lines: bool) -> dict[str, Any]:
+    """Instruction, BAR.SYNC and LDGSTS counts of a cubin; with ``barrier_lines``, the
+    barriers by the last chain.py line that precedes each."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "k.cubin"
+        path.write_bytes(cubin)
+        sass = subprocess.run(
+            [_tool("cuobjdump"), "-sass", str(path)], capture_output=True, text=True, check=False
+        ).stdout
+        listing = ""
+        if barrier_lines:
+            listing = subprocess.run(
+                [_tool("nvdisasm"), "-gi", "-c", str(path)],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout
+    instructions = [line for line in sass.splitlines() if re.match(r"\s*/\*[0-9a-f]{4,}\*/", line)]
+    report: dict[str, Any] = {
+        "instructions": len(instructions),
+        "barriers": sum("BAR.SYNC" in line for line in instructions),
+        "ldgsts": sum("LDGSTS" in line for line in instructions),
+    }
+    if barrier_lines:
+        by_line: dict[int, int] = {}
+        current = 0
+        for line in listing.splitlines():
+            where = re.search(r'//## File ".*?chain\.py", line (\d+)', line)
+            if where:
+                current = int(where.group(1))
+            elif "BAR.SYNC" in line:
+                by_line[current] = by_line.get(current, 0) + 1
+        report["barrier_lines"] = by_line
+    return report
 
 
 def _compile(
@@ -154,19 +201,28 @@ def _specialise(
     return signature, constants, attrs
 
 
-def worker(only: list[str] | None) -> list[dict[str, Any]]:
+def worker(
+    only: list[str] | None, overrides: dict[str, int], barrier_lines: bool
+) -> list[dict[str, Any]]:
+    """Compile every case's launches (the plan's fields replaced by ``overrides``)."""
+    from dataclasses import replace
+
     import triton
 
     import pp3kernels
     from pp3kernels.jit import chain
     from pp3kernels.jit.launch import Q_DENSE, Q_SPARSE
-    from pp3kernels.selector import plan_launch, slot_axis, split_axis
+    from pp3kernels.selector import LaunchPlan, plan_launch, slot_axis, split_axis
 
+    unknown = sorted(set(overrides) - set(LaunchPlan.__dataclass_fields__))
+    if unknown:  # e.g. --stages on a tree without bench/pending/v5-step7-phase1-stages.patch
+        raise SystemExit(f"this package's LaunchPlan has no field {unknown}")
     rows = []
     for name, batch, q, support in CASES:
         if only and not any(word in name for word in only):
             continue
         plan = plan_launch(batch, K + 1, VOCAB, interpreter=False, support=support)
+        plan = replace(plan, **overrides)
         r = triton.next_power_of_2(K + 1)
         stats_const = {
             "CHUNK": plan.chunk,
@@ -177,7 +233,7 @@ def worker(only: list[str] | None) -> list[dict[str, Any]]:
             "BLOCK_R": plan.flat_rows or plan.block_b * r,
             "FLAT": bool(plan.flat_rows),
             "GROUPS": plan.groups,
-            "STAGES": getattr(plan, "stages", 1),
+            "STAGES": getattr(plan, "stages", 1),  # a package without the field ignores it
         }
         q_mode = {"dense": Q_DENSE, "sparse": Q_SPARSE, "point": Q_SPARSE}[q]
         finish_const = {
@@ -215,6 +271,7 @@ def worker(only: list[str] | None) -> list[dict[str, Any]]:
                 compiled = _compile(kernel, signature, constants, attrs, warps)
                 report = _ptxas_report(compiled.asm["ptx"], "sm_90a")
                 report["shared"] = int(compiled.metadata.shared)
+                report.update(_sass_report(compiled.asm["cubin"], barrier_lines))
             except Exception as err:  # a shape that does not compile is a finding, not a crash
                 report = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
             rows.append({"case": name, "phase": phase, "warps": warps, **report})
@@ -226,22 +283,30 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pkg", nargs="*", default=[], help="folders holding a pp3kernels/")
     parser.add_argument("--only", nargs="+", metavar="WORD", help="cases naming one of these")
+    parser.add_argument("--finish-warps", type=int, help="phase 2's warps instead of the plan's")
+    parser.add_argument("--stages", type=int, help="phase 1's pipeline depth (LaunchPlan.stages)")
+    parser.add_argument("--barrier-lines", action="store_true", help="barriers by chain.py line")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    overrides = {
+        field: value
+        for field, value in (("finish_warps", args.finish_warps), ("stages", args.stages))
+        if value is not None
+    }
     if args.worker:
-        print(json.dumps(worker(args.only)))
+        print(json.dumps(worker(args.only, overrides, args.barrier_lines)))
         return 0
     results = {}
     for pkg in [str(ROOT / "kernels"), *args.pkg]:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([pkg, str(ROOT)])}
         env.pop("TRITON_INTERPRET", None)
-        cmd = [sys.executable, __file__, "--worker", *(["--only", *args.only] if args.only else [])]
+        cmd = [sys.executable, __file__, "--worker", *sys.argv[1:]]
         run = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
         if run.returncode != 0:
             print(run.stderr[-3000:], file=sys.stderr)
             return 1
         results[pkg] = json.loads(run.stdout.strip().splitlines()[-1])
-    names = "  ".join(f"{Path(p).name:>28s}" for p in results)
+    names = "  ".join(f"{Path(p).name:>52s}" for p in results)
     print(f"{'case':15s} {'phase':7s} {'warps':>5s}  " + names)
     first = next(iter(results.values()))
     for i, row in enumerate(first):
@@ -249,12 +314,26 @@ def main() -> int:
         for rows in results.values():
             cell = rows[i]
             if "error" in cell:
-                cells.append(f"{'ERROR':>28s}")
+                cells.append(f"{'ERROR':>52s}")
             else:
                 spill = f"{cell['spill_stores']}/{cell['spill_loads']}"
-                text = f"{cell['registers']} reg {spill} spill {cell['stack']} stk"
-                cells.append(f"{text:>28s}")
+                text = (
+                    f"{cell['registers']} reg {spill} spill {cell['shared']} shm "
+                    f"{cell['instructions']} ins {cell['barriers']} bar {cell['ldgsts']} ldgsts"
+                )
+                cells.append(f"{text:>52s}")
         print(f"{row['case']:15s} {row['phase']:7s} {row['warps']:5d}  " + "  ".join(cells))
+    if args.barrier_lines:
+        source = (ROOT / "kernels" / "pp3kernels" / "jit" / "chain.py").read_text().splitlines()
+        for pkg, rows in results.items():
+            for cell in rows:
+                lines = sorted(cell.get("barrier_lines", {}).items(), key=lambda kv: -kv[1])
+                print(f"{Path(pkg).name} {cell['case']} {cell['phase']}: barriers by line")
+                for line, count in lines:
+                    text = (
+                        source[int(line) - 1].strip()[:70] if 0 < int(line) <= len(source) else ""
+                    )
+                    print(f"  {count:3d}  chain.py:{line}  {text}")
     for rows in results.values():
         for cell in rows:
             if "error" in cell:

@@ -65,6 +65,11 @@ def cases(cpu: bool, only: list[str] | None = None) -> list[tuple[str, int, str,
     return [c for c in out if not only or any(word in c[0] for word in only)]
 
 
+def support_of(q: str) -> int:
+    """S, the q slots of a case's q form ("point": 1, "sparseS": S, "dense": 1)."""
+    return int(q.removeprefix("sparse")) if q.startswith("sparse") else 1
+
+
 def make_inputs(batch: int, temps: str, q: str, index: int, vocab: int, device: str) -> Any:
     import torch
 
@@ -86,7 +91,7 @@ def make_inputs(batch: int, temps: str, q: str, index: int, vocab: int, device: 
         counts = torch.full((batch, K, 1), DENOMINATOR, dtype=torch.int32, device=device)
         args.update(q_ids=drafts[..., None].clone(), q_counts=counts, denominator=DENOMINATOR)
     elif q.startswith("sparse"):  # S distinct ids (stride V // S), the draft first
-        support = int(q.removeprefix("sparse"))
+        support = support_of(q)
         step = torch.arange(support, device=device) * (vocab // support)
         ids = ((drafts[..., None].long() + step) % vocab).to(torch.int32)
         counts = torch.full(

@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 from launch_split import precompile, time_calls, without  # bench/ is the script's own folder
-from selector_ab import K, make_inputs
+from selector_ab import K, make_inputs, support_of
 
 from pp3kernels.selector import LaunchPlan, plan_launch, verify_chain
 
@@ -91,8 +91,7 @@ def variant_plan(
 ) -> LaunchPlan:
     """The case's default plan with ``overrides``; a new chunk brings its split count and a
     draw tile of min(1024, chunk)."""
-    support = int(q.removeprefix("sparse")) if q.startswith("sparse") else 1
-    plan = plan_launch(batch, K + 1, vocab, interpreter=cpu, support=support)
+    plan = plan_launch(batch, K + 1, vocab, interpreter=cpu, support=support_of(q))
     fields: dict[str, Any] = {**plan.__dict__, **overrides}
     if "chunk" in overrides:
         fields["nsplit"] = -(-vocab // overrides["chunk"])
