@@ -2,19 +2,22 @@
 spills, shared memory and SASS counts per launch shape, without spending device time.
 
     python3 bench/compile_sm90.py [--pkg PATH ...] [--only WORD ...] [--finish-warps N]
-                                  [--stages N] [--barrier-lines]
+                                  [--stages N] [--overlap 0|1] [--barrier-lines]
 
 Triton compiles to a cubin without a driver (its wheel carries ptxas); this script builds
 each kernel's signature as a real launch specialises it (pointers by dtype and 16-byte
 aligned, an int equal to 1 made the constant 1 and a multiple of 16 marked divisible, the
-constexprs of the plan that `pp3kernels.selector.plan_launch` picks for the case) and asks
+constexprs that `pp3kernels.selector.launch_constants` gives the plan that `plan_launch` picks
+for the case, as verify_chain launches them) and asks
 the bundled ptxas for its resource report on the PTX; cuobjdump counts the cubin's
 instructions, block barriers (BAR.SYNC) and cp.async loads (LDGSTS). --finish-warps and
 --stages override those plan fields (stages needs a package that has the field);
+--overlap 0 compiles the launches without programmatic dependent launch's waits and triggers;
 --barrier-lines charges each barrier to the last chain.py line before it in `nvdisasm -gi`
 (inlined helpers such as tl.sum report Triton's own lines, so the caller's is the useful
 one). Each --pkg (a folder holding
-a `pp3kernels/`, e.g. .base for main's copy) is compiled in its own subprocess; the default
+a `pp3kernels/` that has `selector.launch_constants`, i.e. from v5 step 8 on) is compiled in
+its own subprocess; the default
 is this tree's kernels/. Cases: phase 1 and phase 2 of point drafts at B4 and B64, sparse
 S = 64, 1024 and 4096 at B4, dense q at B4, V = 129280, K = 5. A static view only: it says
 where registers spill, not how long anything takes (that is `pp3 probe` on the device).
@@ -202,17 +205,15 @@ def _specialise(
 
 
 def worker(
-    only: list[str] | None, overrides: dict[str, int], barrier_lines: bool
+    only: list[str] | None, overrides: dict[str, int | bool], barrier_lines: bool
 ) -> list[dict[str, Any]]:
     """Compile every case's launches (the plan's fields replaced by ``overrides``)."""
     from dataclasses import replace
 
-    import triton
-
     import pp3kernels
     from pp3kernels.jit import chain
     from pp3kernels.jit.launch import Q_DENSE, Q_SPARSE
-    from pp3kernels.selector import LaunchPlan, plan_launch, slot_axis, split_axis
+    from pp3kernels.selector import LaunchPlan, launch_constants, plan_launch
 
     unknown = sorted(set(overrides) - set(LaunchPlan.__dataclass_fields__))
     if unknown:  # e.g. --stages on a tree without bench/pending/v5-step7-phase1-stages.patch
@@ -223,30 +224,13 @@ def worker(
             continue
         plan = plan_launch(batch, K + 1, VOCAB, interpreter=False, support=support)
         plan = replace(plan, **overrides)
-        r = triton.next_power_of_2(K + 1)
-        stats_const = {
-            "CHUNK": plan.chunk,
-            "K": K,
-            "R": r,
-            "BLOCK_B": plan.block_b,
-            "BLOCK_V": plan.block_v,
-            "BLOCK_R": plan.flat_rows or plan.block_b * r,
-            "FLAT": bool(plan.flat_rows),
-            "GROUPS": plan.groups,
-            "STAGES": getattr(plan, "stages", 1),  # a package without the field ignores it
-        }
         q_mode = {"dense": Q_DENSE, "sparse": Q_SPARSE, "point": Q_SPARSE}[q]
-        finish_const = {
-            "CHUNK": plan.chunk,
-            "K": K,
-            "R": r,
-            "S": support,
-            "S_P2": slot_axis(support),
-            "Q_MODE": q_mode,
-            "NSPLIT_P2": split_axis(plan.nsplit),
-            "BLOCK_B": plan.block_b,
-            "BLOCK_F": plan.block_f or plan.block_v,
-        }
+        stats_const, finish_const = launch_constants(
+            plan, K + 1, q_mode, support, overlap=plan.overlap
+        )
+        # CHUNK is a constexpr that verify_chain passes by position, with (B, V, NSPLIT).
+        stats_const = {**stats_const, "CHUNK": plan.chunk}
+        finish_const = {**finish_const, "CHUNK": plan.chunk}
         dense = {"qdense_ptr": "*fp32", "mass_ptr": "*fp64"}
         other = {"qdense_ptr": "*bf16", "mass_ptr": "*fp32"}
         launches = [("stats", chain.chain_stats_kernel, stats_const, plan.num_warps, {})]
@@ -263,10 +247,10 @@ def worker(
             rescan = chain.chain_rescan_kernel
             launches.append(("rescan", rescan, finish_const, plan.finish_warps, dense))
         values = _int_values(batch, q, support, plan.nsplit)
-        for phase, kernel, constexprs, warps, overrides in launches:
+        for phase, kernel, constexprs, warps, pointer_types in launches:
             names = {p.name for p in kernel.params}
             constexprs = {k: v for k, v in constexprs.items() if k in names}
-            signature, constants, attrs = _specialise(kernel, constexprs, overrides, values)
+            signature, constants, attrs = _specialise(kernel, constexprs, pointer_types, values)
             try:
                 compiled = _compile(kernel, signature, constants, attrs, warps)
                 report = _ptxas_report(compiled.asm["ptx"], "sm_90a")
@@ -285,12 +269,17 @@ def main() -> int:
     parser.add_argument("--only", nargs="+", metavar="WORD", help="cases naming one of these")
     parser.add_argument("--finish-warps", type=int, help="phase 2's warps instead of the plan's")
     parser.add_argument("--stages", type=int, help="phase 1's pipeline depth (LaunchPlan.stages)")
+    parser.add_argument("--overlap", type=int, choices=(0, 1), help="LaunchPlan.overlap")
     parser.add_argument("--barrier-lines", action="store_true", help="barriers by chain.py line")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     overrides = {
         field: value
-        for field, value in (("finish_warps", args.finish_warps), ("stages", args.stages))
+        for field, value in (
+            ("finish_warps", args.finish_warps),
+            ("stages", args.stages),
+            ("overlap", None if args.overlap is None else bool(args.overlap)),
+        )
         if value is not None
     }
     if args.worker:

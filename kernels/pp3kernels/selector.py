@@ -124,7 +124,10 @@ class LaunchPlan:
     the B * (K+1) rows, with no padding rows, and block_b applies to phase 2 only. Phase 1's
     sampled-only programs load ``groups`` (a power of two >= 2) such tiles per step, as one
     [rows, groups, block_v] tile, and fold them into each lane with one rescale. The
-    phase-2 launches run with finish_warps warps (num_warps is phase 1's).
+    phase-2 launches run with finish_warps warps (num_warps is phase 1's). With overlap
+    (honoured on CUDA devices of compute capability 9.0 and up, ignored elsewhere), the
+    phase-2 launches are programmatic dependent launches: their programs start while phase
+    1 runs, read the inputs that do not depend on it, then wait for it (griddepcontrol).
     """
 
     block_b: int
@@ -136,6 +139,7 @@ class LaunchPlan:
     flat_rows: int = 0  # 0: phase 1 tiles whole requests, padded to R rows
     groups: int = 2  # tiles per phase-1 step of a sampled-only program
     finish_warps: int = 4  # warps of the phase-2 launches (rescan and finish)
+    overlap: bool = False  # phase 2 starts during phase 1 (programmatic dependent launch)
 
 
 def slot_axis(support: int) -> int:
@@ -222,7 +226,46 @@ def plan_launch(
         flat_rows=r,
         groups=groups,
         finish_warps=finish_warps,
+        overlap=True,
     )
+
+
+def overlaps(plan: LaunchPlan, device: torch.device) -> bool:
+    """Whether a call on ``device`` with ``plan`` overlaps its launches: plan.overlap on a
+    CUDA device of compute capability 9.0 or more (programmatic dependent launch and the
+    griddepcontrol instructions start with sm_90), never in Triton's interpreter."""
+    if not plan.overlap or device.type != "cuda" or is_interpreter():
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def launch_constants(
+    plan: LaunchPlan, rows: int, q_mode: int, support: int, *, overlap: bool
+) -> tuple[dict[str, int | bool], dict[str, int | bool]]:
+    """The compile-time arguments of phase 1's launch and of the phase-2 launches (rescan
+    and finish), in that order, for ``rows`` = K+1 rows per request; ``support`` is S for
+    sparse q, else 1. verify_chain launches with them; bench/compile_sm90.py compiles with
+    them."""
+    r = int(triton.next_power_of_2(rows))
+    shape: dict[str, int | bool] = {"K": rows - 1, "R": r, "BLOCK_B": plan.block_b}
+    stats: dict[str, int | bool] = {
+        **shape,
+        "BLOCK_V": plan.block_v,
+        "BLOCK_R": plan.flat_rows or plan.block_b * r,
+        "FLAT": bool(plan.flat_rows),
+        "GROUPS": plan.groups,
+        "OVERLAP": overlap,
+    }
+    phase2: dict[str, int | bool] = {
+        **shape,
+        "S": support,
+        "S_P2": slot_axis(support),
+        "Q_MODE": q_mode,
+        "NSPLIT_P2": split_axis(plan.nsplit),
+        "BLOCK_F": plan.block_f or plan.block_v,
+        "OVERLAP": overlap,
+    }
+    return stats, phase2
 
 
 def verify_chain(
@@ -310,7 +353,6 @@ def verify_chain(
         plan = plan_launch(
             batch, rows, vocab, interpreter=is_interpreter() or not logits.is_cuda, support=support
         )
-    nsplit_p2 = split_axis(plan.nsplit)
     block_f = plan.block_f or plan.block_v
     if plan.chunk % plan.block_v or plan.chunk % block_f:
         raise ValueError(f"{plan}: chunk must be a multiple of block_v and block_f")
@@ -331,7 +373,8 @@ def verify_chain(
         torch.empty(part_shape, dtype=torch.int32, device=device),
     )
     split = (batch, vocab, plan.chunk, plan.nsplit)
-    shape = {"K": k, "R": triton.next_power_of_2(rows), "BLOCK_B": plan.block_b}
+    overlap = overlaps(plan, device)
+    stats_meta, phase2_meta = launch_constants(plan, rows, q_mode, support, overlap=overlap)
 
     # Sparse q past MAX_LOOPED_SLOTS slots draws through one row of block_f floats per
     # request (jit/chain.py, _scatter_residuals); otherwise a placeholder pointer, never read.
@@ -348,20 +391,15 @@ def verify_chain(
 
     if plan.flat_rows:
         stats_grid = (triton.cdiv(batch * rows, plan.flat_rows), plan.nsplit)
-        stats_rows = {"BLOCK_R": plan.flat_rows, "FLAT": True}
     else:
         stats_grid = (blocks, plan.nsplit)
-        stats_rows = {"BLOCK_R": plan.block_b * shape["R"], "FLAT": False}
     _chain_stats_kernel[stats_grid](
         logits,
         *logits.stride(),
         temperature,
         *partials,
         *split,
-        **shape,
-        **stats_rows,
-        BLOCK_V=plan.block_v,
-        GROUPS=plan.groups,
+        **stats_meta,
         num_warps=plan.num_warps,
     )
     # The finish kernel's arguments up to its outputs, which the rescan kernel takes too.
@@ -383,25 +421,25 @@ def verify_chain(
         scratch,
         masses,
     )
-    phase2_meta = {
-        **shape,
-        "S": support,
-        "S_P2": slot_axis(support),
-        "Q_MODE": q_mode,
-        "NSPLIT_P2": nsplit_p2,
-        "BLOCK_F": block_f,
-        "num_warps": plan.finish_warps,
-    }
+    # With overlap, both phase-2 launches are programmatic dependent launches (each waits
+    # for the launch before it inside the kernel, before its first read of its output).
+    launch2: dict[str, int | bool] = {"num_warps": plan.finish_warps}
+    if overlap:
+        launch2["launch_pdl"] = True
     if q_mode == Q_DENSE:
-        _chain_rescan_kernel[(blocks, plan.nsplit)](*phase2, *split, float(den), **phase2_meta)
+        _chain_rescan_kernel[(blocks, plan.nsplit)](
+            *phase2, *split, float(den), **phase2_meta, **launch2
+        )
     _chain_finish_kernel[(blocks,)](
-        *phase2, tokens, accepted, status, *split, float(den), **phase2_meta
+        *phase2, tokens, accepted, status, *split, float(den), **phase2_meta, **launch2
     )
     return ChainResult(tokens, accepted, status)
 
 
 __all__ = [
     "LaunchPlan",
+    "launch_constants",
+    "overlaps",
     "plan_launch",
     "verify_chain",
 ]

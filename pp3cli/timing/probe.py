@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pp3cli.timing.cases import (
     LOGIT_SCALE,
@@ -65,6 +65,9 @@ from pp3cli.timing.measure import (
     measure_comparator,
 )
 from pp3cli.timing.summary import all_checks_passed, case_ratios, median_or_none
+
+if TYPE_CHECKING:
+    import torch
 
 
 def run_probe(
@@ -198,15 +201,21 @@ def probe_on_cuda(
     )
     data["vllm_overlay"] = overlay_info
     for case in data["cases"]:
-        case["selector_plan"] = selector_plan(ProbeCase(**case["case"]))
+        case["selector_plan"] = selector_plan(ProbeCase(**case["case"]), device)
     return data
 
 
-def selector_plan(case: ProbeCase) -> dict[str, int]:
+def selector_plan(case: ProbeCase, device: torch.device | None = None) -> dict[str, int | bool]:
     """The launch shape ``pp3kernels.plan_launch`` picks for ``case`` on a GPU (recorded per
-    case, so that a receipt says which measured plan produced its times)."""
+    case, so that a receipt says which measured plan produced its times). Given the
+    ``device`` the case ran on, ``overlap`` says whether the launches did overlap there
+    (``pp3kernels.selector.overlaps``: sm_90 and up), not only whether the plan asks to."""
     from pp3kernels import plan_launch
+    from pp3kernels.selector import overlaps
 
     support = case.support if case.draft == "sparse" else 1
     plan = plan_launch(case.batch, case.depth + 1, case.vocab, interpreter=False, support=support)
-    return asdict(plan)
+    shape: dict[str, int | bool] = asdict(plan)
+    if device is not None:
+        shape["overlap"] = overlaps(plan, device)
+    return shape

@@ -15,6 +15,7 @@ mismatch fails the test and is listed row by row).
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 from typing import Any
 
@@ -34,10 +35,11 @@ from pp3kernels.contract import (
 )
 from pp3kernels.drafts import point_mass_q, quantise_q, sample_drafts
 from pp3kernels.interface import ChainResult
-from pp3kernels.jit.launch import MAX_SLOT_TILE
+from pp3kernels.jit import chain as chain_kernels
+from pp3kernels.jit.launch import MAX_SLOT_TILE, Q_DENSE, Q_SPARSE
 from pp3kernels.philox import acceptance_uniform, sample_uniform
 from pp3kernels.reference import reference_verify_chain
-from pp3kernels.selector import LaunchPlan, plan_launch, verify_chain
+from pp3kernels.selector import LaunchPlan, launch_constants, overlaps, plan_launch, verify_chain
 
 ALPHA = 1e-6
 NEG = float("-inf")
@@ -1330,6 +1332,50 @@ def test_phase2_warps_grow_with_a_wide_support(support: int, warps: int) -> None
     assert plan_launch(4, 6, 129_280, interpreter=True, support=support).finish_warps == 4
 
 
+def test_launches_overlap_on_the_large_vocabulary_gpu_plans_only() -> None:
+    """Programmatic dependent launch is planned where it was measured (the large-vocabulary
+    GPU plans, bench/NOTES.md step 8), and never in the interpreter or on a CPU tensor,
+    where the plan's flag is ignored."""
+    assert plan_launch(4, 6, 129_280, interpreter=False).overlap
+    assert plan_launch(64, 6, 129_280, interpreter=False, support=4096).overlap
+    assert not plan_launch(4, 6, 1000, interpreter=False).overlap
+    assert not plan_launch(4, 6, 129_280, interpreter=True).overlap
+    assert not overlaps(plan_launch(4, 6, 129_280, interpreter=False), torch.device("cpu"))
+
+
+@pytest.mark.parametrize("q", ["point", "dense"])
+def test_an_overlapping_plan_off_sm90_gives_the_reference_bits(q: str) -> None:
+    """A plan that asks for overlapped launches, run where they cannot overlap (here the
+    interpreter), launches as usual and draws exactly the reference's tokens."""
+    args = _make(batch=6, drafts=3, vocab=300, seed=97, q=q, greedy_share=0.5)
+    plan = LaunchPlan(block_b=2, block_v=64, nsplit=3, chunk=128, num_warps=4, overlap=True)
+    _assert_same(_kernel(args, plan=plan), _reference(args), args)
+
+
+@pytest.mark.parametrize(("q_mode", "support"), [(Q_SPARSE, 1), (Q_SPARSE, 1024), (Q_DENSE, 1)])
+@pytest.mark.parametrize("overlap", [False, True])
+def test_launch_constants_name_every_compile_time_argument(
+    q_mode: int, support: int, overlap: bool
+) -> None:
+    """launch_constants gives each kernel every constexpr it declares except CHUNK, which
+    verify_chain passes by position (bench/compile_sm90.py compiles with the same dicts)."""
+    plan = plan_launch(64, 6, 129_280, interpreter=False, support=support)
+    stats, phase2 = launch_constants(plan, 6, q_mode, support, overlap=overlap)
+
+    def constexprs(kernel: Any) -> set[str]:  # a JITFunction, or the interpreter's wrapper
+        declared = inspect.signature(kernel.fn).parameters.items()
+        return {name for name, param in declared if "constexpr" in str(param.annotation)} - {
+            "CHUNK"
+        }
+
+    assert set(stats) == constexprs(chain_kernels.chain_stats_kernel)
+    assert set(phase2) == constexprs(chain_kernels.chain_finish_kernel)
+    assert set(phase2) == constexprs(chain_kernels.chain_rescan_kernel)
+    assert stats["OVERLAP"] is overlap and phase2["OVERLAP"] is overlap
+    assert (stats["K"], stats["R"], stats["BLOCK_R"], stats["FLAT"]) == (5, 8, 8, True)
+    assert (phase2["S"], phase2["Q_MODE"], phase2["NSPLIT_P2"]) == (support, q_mode, 64)
+
+
 def test_finish_warps_must_be_a_power_of_two_up_to_32() -> None:
     args = _make(batch=2, drafts=1, vocab=30, seed=3)
     for warps in (0, 3, 64):
@@ -1491,23 +1537,24 @@ def test_interpreter_plan_respects_tritons_tile_limit(
     _assert_same(_kernel(args), _reference(args), args)
 
 
-# (batch, rows, vocab, interpreter) -> (block_b, block_v, nsplit, chunk, num_warps, block_f):
+# (batch, rows, vocab, interpreter) -> (block_b, block_v, nsplit, chunk, num_warps, block_f,
+# and where set flat_rows, groups, finish_warps, overlap):
 # the launch shapes measured on the H200 (bench/NOTES.md) and the interpreter's, pinned so
 # that a refactor of plan_launch cannot change them unnoticed.
 PINNED_PLANS: dict[tuple[int, int, int, bool], tuple[int, ...]] = {
-    (1, 6, 129_280, False): (1, 256, 64, 2048, 8, 1024, 8, 2, 8),
-    (64, 6, 129_280, False): (1, 128, 64, 2048, 4, 1024, 8, 4, 8),
-    (16, 6, 129_280, False): (1, 128, 64, 2048, 4, 1024, 8, 4, 8),
-    (15, 6, 129_280, False): (1, 256, 64, 2048, 8, 1024, 8, 2, 8),
-    (4, 2, 129_280, False): (1, 1024, 64, 2048, 8, 1024, 2, 2, 8),
-    (4, 1, 129_280, False): (1, 2048, 64, 2048, 8, 1024, 1, 2, 8),
-    (4, 33, 129_280, False): (1, 64, 64, 2048, 8, 1024, 64, 2, 8),
+    (1, 6, 129_280, False): (1, 256, 64, 2048, 8, 1024, 8, 2, 8, True),
+    (64, 6, 129_280, False): (1, 128, 64, 2048, 4, 1024, 8, 4, 8, True),
+    (16, 6, 129_280, False): (1, 128, 64, 2048, 4, 1024, 8, 4, 8, True),
+    (15, 6, 129_280, False): (1, 256, 64, 2048, 8, 1024, 8, 2, 8, True),
+    (4, 2, 129_280, False): (1, 1024, 64, 2048, 8, 1024, 2, 2, 8, True),
+    (4, 1, 129_280, False): (1, 2048, 64, 2048, 8, 1024, 1, 2, 8, True),
+    (4, 33, 129_280, False): (1, 64, 64, 2048, 8, 1024, 64, 2, 8, True),
     (4, 6, 1000, False): (1, 1024, 1, 1024, 4, 1024),
     (4, 6, 5, False): (1, 16, 1, 16, 4, 16),
     (4, 6, 300, False): (1, 512, 1, 512, 4, 512),
-    (4, 6, 1025, False): (1, 256, 1, 2048, 8, 1024, 8, 2, 8),
-    (4, 6, 600_000, False): (1, 256, 196, 3072, 8, 1024, 8, 2, 8),
-    (4, 6, 2_000_000, False): (1, 256, 245, 8192, 8, 1024, 8, 2, 8),
+    (4, 6, 1025, False): (1, 256, 1, 2048, 8, 1024, 8, 2, 8, True),
+    (4, 6, 600_000, False): (1, 256, 196, 3072, 8, 1024, 8, 2, 8, True),
+    (4, 6, 2_000_000, False): (1, 256, 245, 8192, 8, 1024, 8, 2, 8, True),
     (1, 1, 1, True): (1, 1, 1, 1, 4, 1),
     (20_000, 3, 6, True): (8192, 8, 1, 8, 4, 8),
     (128, 3, 1000, True): (128, 1024, 1, 1024, 4, 1024),

@@ -9,6 +9,7 @@ shapes; the tests pin them to the sizes that matter (V = 129280, bf16).
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -31,7 +32,7 @@ from pp3kernels.philox import (
 )
 from pp3kernels.reference import reference_verify_chain
 from pp3kernels.runtime import is_interpreter
-from pp3kernels.selector import LaunchPlan, verify_chain
+from pp3kernels.selector import LaunchPlan, plan_launch, verify_chain
 from pp3kernels.validate import validate_chain_inputs
 
 pytestmark = [
@@ -243,6 +244,39 @@ def test_agrees_with_reference_at_full_vocabulary(batch: int, drafts: int, q: st
     _assert_agreement(
         batch=batch, drafts=drafts, q=q, requests=1536, seed=1000 * batch + 10 * drafts + len(q)
     )
+
+
+@pytest.mark.parametrize(
+    ("batch", "q"), [(1, "point"), (4, "dense"), (64, "sparse"), (256, "point")]
+)
+def test_overlapped_launches_give_the_same_bits(batch: int, q: str) -> None:
+    """Phase 2 launched during phase 1 (LaunchPlan.overlap: programmatic dependent launch)
+    reads the partials only after phase 1 is done: it equals the plain launches bit for
+    bit. Two input sets alternate, three calls each, so that the partials' buffer (reused by
+    the caching allocator) holds the other set's values whenever it is read too early."""
+    support = 64 if q == "sparse" else 1
+    sets = [
+        _make_large(
+            batch=batch,
+            drafts=5,
+            vocab=VOCAB,
+            seed=41 * batch + i,
+            q=q,
+            device=DEVICE,
+            support=support,
+        )
+        for i in range(2)
+    ]
+    base = plan_launch(batch, 6, VOCAB, interpreter=False, support=support)
+    assert base.overlap
+    apart = replace(base, overlap=False)
+    plain = [verify_chain(**args, validate=False, plan=apart) for args in sets]
+    for _round in range(3):
+        for args, want in zip(sets, plain, strict=True):
+            got = verify_chain(**args, validate=False, plan=base)
+            assert torch.equal(got.tokens, want.tokens)
+            assert torch.equal(got.accepted, want.accepted)
+            assert torch.equal(got.status, want.status)
 
 
 @pytest.mark.parametrize(("batch", "support"), [(4, 8), (4, 64), (64, 1024), (4, 4096)])

@@ -366,6 +366,7 @@ def test_each_case_names_the_selector_plan_it_was_timed_with() -> None:
         "flat_rows": 8,
         "groups": 2,
         "finish_warps": 8,
+        "overlap": True,
     }
     assert (large["block_v"], large["num_warps"], large["groups"]) == (128, 4, 4)
 

@@ -13,11 +13,14 @@ greedy-only programs keep max, first argmax and a NaN test per element, no expon
 
 Phase 2, ``chain_finish_kernel`` (one program per request block):
 
-1. combine every row's partials into per-row m, s, argmax and status (``_combine_max_sum``,
-   ``_first_argmax``, ``_logits_status``);
-2. evaluate every draft row's acceptance at once (``_proposal_probability``, then
-   ``_accept_sparse_q`` / ``_accept_dense_q``) and take the first failure as the stop row
-   (steps 1-2 are ``_chain_stop``);
+1. read what the inputs alone decide: the draft rows, their logits (``_draft_logit``), q at
+   the drafts (``_sparse_q_counts`` / ``_dense_q_x``) and the acceptance coins; with
+   OVERLAP this runs while phase 1 still does (programmatic dependent launch on sm_90+:
+   phase 1 lets the next launch start at once, and ``gdc_wait`` holds every phase-2
+   program before its first read of phase 1's output);
+2. combine every row's partials into per-row m, s, argmax and status (``_combine_max_sum``,
+   ``_first_argmax``, ``_logits_status``), evaluate every draft row's acceptance at once
+   and take the first failure as the stop row (steps 1-2 are ``_chain_stop``);
 3. for a T1 request, draw the stop row's token by inverse CDF with one 52-bit uniform:
    chunk masses from the partials (``_chunk_masses``), corrected where a rejected draft's
    support falls (``_support_corrections``) or rescanned exactly (``_rescan_chunks``), a
@@ -45,6 +48,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from pp3kernels.contract import (
     NO_TOKEN,
@@ -254,6 +258,7 @@ def chain_stats_kernel(
     BLOCK_R: tl.constexpr,
     FLAT: tl.constexpr,
     GROUPS: tl.constexpr,
+    OVERLAP: tl.constexpr,
 ):
     """Phase 1: per-row partial statistics of one vocabulary chunk for a block of rows.
 
@@ -266,7 +271,15 @@ def chain_stats_kernel(
     padded to R rows per request (BLOCK_R = BLOCK_B R); with FLAT, BLOCK_R consecutive rows
     of the B (K+1) rows in request-major order (no padding rows; a block may straddle
     requests, and its last one may run past the batch, masked).
+
+    OVERLAP (sm_90+, with the phase-2 launch made with programmatic dependent launch): every
+    program lets that launch start at once, so that its programs read their inputs while
+    this grid runs; they wait for this grid before reading the partials.
     """
+    if OVERLAP:
+        # The phase-2 launch may start now: its programs read their inputs, then wait
+        # (gdc_wait) until this grid is done and its partials are visible.
+        gdc_launch_dependents()
     pid_b = tl.program_id(0)
     pid_s = tl.program_id(1)
 
@@ -368,11 +381,12 @@ def _logits_status(p_flag, r_max, valid):
 
 
 @triton.jit
-def _proposal_probability(logits, offs_b64, rows, draft, t1_2d, in_range, r_max, r_sum, inv_tau):
-    """p_x = exp((l_x - m)/tau) / s in fp32 for every draft row of a T1 request (``t1_2d``)
-    whose x is in [0, V) (``in_range``); 0 elsewhere, where no logit is read."""
+def _draft_logit(logits, offs_b64, rows, draft, t1_2d, in_range):
+    """l_x as fp32 for every draft row of a T1 request (``t1_2d``) whose x is in [0, V)
+    (``in_range``); -inf elsewhere, where nothing is read. Then p_x = exp((l_x - m)/tau) / s
+    (``_chain_stop``), 0 where l_x is -inf."""
     logits_ptr, stride_lb, stride_lk, stride_lv = logits
-    x_logit = tl.load(
+    return tl.load(
         logits_ptr
         + offs_b64[:, None] * stride_lb
         + rows[None, :].to(tl.int64) * stride_lk
@@ -380,7 +394,6 @@ def _proposal_probability(logits, offs_b64, rows, draft, t1_2d, in_range, r_max,
         mask=t1_2d & in_range,
         other=float("-inf"),
     ).to(tl.float32)
-    return tl.exp((x_logit - r_max) * inv_tau[:, None]) / r_sum
 
 
 @triton.jit
@@ -408,7 +421,7 @@ def _slot_tile(q_sparse, offs_b64, rows, drow, draft, slots, S, V):
 
 
 @triton.jit
-def _accept_sparse_q(
+def _sparse_q_counts(
     q_sparse,
     offs_b64,
     rows,
@@ -416,19 +429,16 @@ def _accept_sparse_q(
     draft,
     is_t1,
     proposed,
-    coin,
-    p_x,
     den64,
     bad,
     V,
     S: tl.constexpr,
     S_P2: tl.constexpr,
 ):
-    """Integer q: (accept, bad) for every draft row.
-
-    accept iff U n < p_x C in fp64, n = the count of x in q's row over denominator C (exact:
-    U has 24 significant bits, n at most 24, and p_x C is p_x scaled by a power of two).
-    ``bad`` gains the host validation's rules, checked on every draft row (the status must
+    """Integer q: (n, bad) for every draft row, n = the count of the draft x in q's row
+    (over the denominator C); the draft is accepted iff U n < p_x C in fp64 (``_chain_stop``;
+    exact: U has 24 significant bits, n at most 24, and p_x C is p_x scaled by a power of
+    two). ``bad`` gains the host validation's rules, checked on every draft row (the status must
     not depend on where the chain stops): no negative count, padding slots carry id -1,
     support ids in [0, V) and distinct (pairwise, for S_P2 <= 16), mass C (or 0 where
     nothing is proposed or the request is greedy), and a sampled proposal inside the support.
@@ -460,14 +470,14 @@ def _accept_sparse_q(
     zero_allowed = (draft < 0) | ~is_t1[:, None]
     mass_ok = (q_mass.to(tl.float64) == den64) | ((q_mass == 0) & zero_allowed)
     bad = bad | (drow & (malformed | ~mass_ok)) | (proposed & (count <= 0))
-    accept = coin * count.to(tl.float64) < p_x.to(tl.float64) * den64
-    return accept, bad
+    return count, bad
 
 
 @triton.jit
-def _accept_dense_q(q_dense, offs_b64, rows, draft, proposed, coin, p_x, bad):
-    """Dense float q: (accept, bad) for every draft row. accept iff U q_x < p_x in fp64;
-    ``bad`` gains proposals whose q_x is not finite and positive (q_x is read only there)."""
+def _dense_q_x(q_dense, offs_b64, rows, draft, proposed, bad):
+    """Dense float q: (q_x, bad) for every draft row; the draft is accepted iff U q_x < p_x
+    in fp64 (``_chain_stop``). ``bad`` gains proposals whose q_x is not finite and positive
+    (q_x is read only there)."""
     qdense_ptr, stride_qdb, stride_qdk, stride_qdv = q_dense
     q_x = tl.load(
         qdense_ptr
@@ -478,8 +488,7 @@ def _accept_dense_q(q_dense, offs_b64, rows, draft, proposed, coin, p_x, bad):
         other=0.0,
     ).to(tl.float32)
     bad = bad | (proposed & ~((q_x > 0.0) & (q_x < float("inf"))))
-    accept = coin * q_x.to(tl.float64) < p_x.to(tl.float64)
-    return accept, bad
+    return q_x, bad
 
 
 # --------------------------------------------------------------------------------------
@@ -855,6 +864,7 @@ def _chain_stop(
     Q_MODE: tl.constexpr,
     NSPLIT_P2: tl.constexpr,
     BLOCK_B: tl.constexpr,
+    OVERLAP: tl.constexpr,
 ):
     """Phase 2, steps 1-2 for the requests ``offs_b``: their rows' statistics from the
     partials and the chain's stop row. Both phase-2 kernels run it, so that they agree.
@@ -875,7 +885,32 @@ def _chain_stop(
     split_ok = splits < NSPLIT
     den64 = tl.zeros([BLOCK_B, R], dtype=tl.float64) + denominator_f
 
-    # ---- 1. Every row's partials at once, [BLOCK_B, R, NSPLIT_P2], into row statistics.
+    # ---- 1. What the inputs alone decide, read before phase 1's partials (with OVERLAP,
+    # while phase 1 still runs): the draft rows, their logits l_x, q at x and the coins.
+    drow = valid & (rows < K)[None, :]
+    draft = tl.load(
+        draft_ptr + offs_b64[:, None] * stride_db + rows[None, :] * stride_dk,
+        mask=drow,
+        other=_NO_TOKEN,
+    )
+    in_range = (draft >= 0) & (draft < V)
+    t1_2d = is_t1[:, None] & drow
+    x_logit = _draft_logit(logits, offs_b64, rows, draft, t1_2d, in_range)
+    coin = acceptance_coin(seed[:, None], position[:, None] + rows[None, :])
+    bad = drow & ((draft < _NO_TOKEN) | (draft >= V))
+    proposed = t1_2d & in_range  # a T1 proposal inside [0, V): its p_x and q are read
+    if Q_MODE == _Q_SPARSE:
+        count, bad = _sparse_q_counts(
+            q_sparse, offs_b64, rows, drow, draft, is_t1, proposed, den64, bad, V, S, S_P2
+        )
+    elif Q_MODE == _Q_DENSE:
+        q_x, bad = _dense_q_x(q_dense, offs_b64, rows, draft, proposed, bad)
+    else:
+        bad = bad | proposed  # a sampled proposal without any q
+    if OVERLAP:
+        gdc_wait()  # phase 1 (and the rescan kernel) done, their writes visible
+
+    # ---- 2. Every row's partials at once, [BLOCK_B, R, NSPLIT_P2], into row statistics.
     prow = offs_b64[:, None] * (K + 1) + rows[None, :]
     pidx = prow[:, :, None] * NSPLIT + splits[None, None, :]
     pmask = valid[:, :, None] & split_ok[None, None, :]
@@ -887,43 +922,14 @@ def _chain_stop(
     greedy = _first_argmax(p_max, p_arg, r_max, 2)
     status = _logits_status(p_flag, r_max, valid)
 
-    # ---- 2. The chain, all rows at once: accept[i] for every draft row, then the first
+    # ---- 3. The chain, all rows at once: accept[i] for every draft row, then the first
     # failure is the stop row (K when every draft is accepted: the bonus row).
-    drow = valid & (rows < K)[None, :]
-    draft = tl.load(
-        draft_ptr + offs_b64[:, None] * stride_db + rows[None, :] * stride_dk,
-        mask=drow,
-        other=_NO_TOKEN,
-    )
-    in_range = (draft >= 0) & (draft < V)
-    t1_2d = is_t1[:, None] & drow
-    p_x = _proposal_probability(
-        logits, offs_b64, rows, draft, t1_2d, in_range, r_max, r_sum, inv_tau
-    )
-    coin = acceptance_coin(seed[:, None], position[:, None] + rows[None, :])
-    bad = drow & ((draft < _NO_TOKEN) | (draft >= V))
-    proposed = t1_2d & in_range  # a T1 proposal inside [0, V): its p_x and q are read
+    p_x = tl.exp((x_logit - r_max) * inv_tau[:, None]) / r_sum
     if Q_MODE == _Q_SPARSE:
-        accept_t1, bad = _accept_sparse_q(
-            q_sparse,
-            offs_b64,
-            rows,
-            drow,
-            draft,
-            is_t1,
-            proposed,
-            coin,
-            p_x,
-            den64,
-            bad,
-            V,
-            S,
-            S_P2,
-        )
+        accept_t1 = coin * count.to(tl.float64) < p_x.to(tl.float64) * den64
     elif Q_MODE == _Q_DENSE:
-        accept_t1, bad = _accept_dense_q(q_dense, offs_b64, rows, draft, proposed, coin, p_x, bad)
+        accept_t1 = coin * q_x.to(tl.float64) < p_x.to(tl.float64)
     else:
-        bad = bad | proposed  # a sampled proposal without any q
         accept_t1 = draft < _NO_TOKEN  # all False where it matters (in_range gates it)
     accept = in_range & tl.where(is_t1[:, None], accept_t1, draft == greedy)
     fail = drow & ~accept
@@ -1050,6 +1056,7 @@ def chain_rescan_kernel(
     NSPLIT_P2: tl.constexpr,
     BLOCK_B: tl.constexpr,
     BLOCK_F: tl.constexpr,
+    OVERLAP: tl.constexpr,
 ):
     """Phase 2a, dense q (grid: request blocks x vocabulary splits): the exact residual
     mass W_c = sum over chunk c of max(e_v - q_v s, 0) of every T1 request whose stop row
@@ -1060,6 +1067,8 @@ def chain_rescan_kernel(
     sums that the draw in that chunk uses; the NSPLIT chunks of a row are walked in
     parallel instead of one after another in the finish program.
     """
+    if OVERLAP:
+        gdc_launch_dependents()  # the finish launch may start; it waits before reading
     pid_b = tl.program_id(0)
     pid_s = tl.program_id(1)
     logits = (logits_ptr, stride_lb, stride_lk, stride_lv)
@@ -1090,6 +1099,7 @@ def chain_rescan_kernel(
         Q_MODE,
         NSPLIT_P2,
         BLOCK_B,
+        OVERLAP,
     )
     if tl.max(walk.to(tl.int32), axis=0) > 0:
         row, q = _stop_views(
@@ -1166,6 +1176,7 @@ def chain_finish_kernel(
     NSPLIT_P2: tl.constexpr,
     BLOCK_B: tl.constexpr,
     BLOCK_F: tl.constexpr,
+    OVERLAP: tl.constexpr,
 ):
     """Phase 2: combine the partials, walk the chain, draw the stop row's token.
 
@@ -1216,6 +1227,7 @@ def chain_finish_kernel(
         Q_MODE,
         NSPLIT_P2,
         BLOCK_B,
+        OVERLAP,
     )
     accepted = stop_row
     rows = tl.arange(0, R)
