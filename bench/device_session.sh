@@ -3,7 +3,9 @@
 #   bash bench/device_session.sh STAGE [ARGS] [then STAGE [ARGS]]...
 #   (carry [".whl", ".overlay", ".base", ".gitcopy", ".triton-cache.tgz"]); e.g. `pytest then qualify`
 # Stages, run in the order given, each time-boxed, all output logged to $OUT/session.log;
-# each stage's ARGS (the words up to the next "then") go to its command:
+# each stage's ARGS (the words up to the next "then") go to its command. "The call's
+# remaining time" is 570 s less what has run: it assumes a 600 s call; where less device
+# time is left, the call is cut first and its receipts do not come back:
 #   tests    pytest -m gpu ARGS in the background, beside the next stages (not beside a
 #            strict qualify: on 2026-12-01, with the kernels recompiling, the two shared the
 #            machine, the qualification passed its 400 s limit and wrote no receipt; nor
@@ -13,7 +15,9 @@
 #            no receipt of the later stages comes from code that failed its GPU tests); with
 #            a cold Triton cache `gate -k test_selector_gpu` takes ~300 s (2026-12-01)
 #   wait     wait for the background tests (before a timing stage)
-#   qualify  pp3 qualify --profile strict ARGS
+#   qualify  pp3 qualify --profile strict ARGS with the call's remaining time (a strict run
+#            takes ~310-350 s with the Triton cache of an earlier strict run carried, and
+#            passed a 400 s limit without it on 2026-12-01: carry .triton-cache.tgz)
 #   peer     pp3 qualify --profile strict ARGS with the call's remaining time (a peer's
 #            sampler, e.g. --verifier vllm-mrv2 --overlay .overlay/vllm-0.33.0, or
 #            --verifier flashinfer: its wheels from .whl-fi/gpu, carry ".whl-fi/gpu")
@@ -87,7 +91,8 @@ while [ $# -gt 0 ]; do
       if [ -n "$tests_pid" ]; then wait "$tests_pid"; tests_pid=; say "tests done"; fi
       tail -5 "$OUT/pytest_gpu.log" 2>/dev/null | tee -a "$log" ;;
     qualify)
-      timeout 400 python3 -m pp3cli qualify --profile strict "${args[@]}" 2>&1 | tail -60 | tee -a "$log"
+      timeout $(( 570 - $(elapsed) )) python3 -m pp3cli qualify --profile strict "${args[@]}" 2>&1 \
+        | tail -60 | tee -a "$log"
       say "qualify exit ${PIPESTATUS[0]}" ;;
     peer)
       timeout $(( 570 - $(elapsed) )) python3 -m pp3cli qualify --profile strict "${args[@]}" 2>&1 \
