@@ -18,9 +18,9 @@
 #   qualify  pp3 qualify --profile strict ARGS with the call's remaining time (a strict run
 #            takes ~310-350 s with the Triton cache of an earlier strict run carried, and
 #            passed a 400 s limit without it on 2026-12-01: carry .triton-cache.tgz)
-#   peer     pp3 qualify --profile strict ARGS with the call's remaining time (a peer's
-#            sampler, e.g. --verifier vllm-mrv2 --overlay .overlay/vllm-0.33.0, or
-#            --verifier flashinfer: its wheels from .whl-fi/gpu, carry ".whl-fi/gpu")
+#   peer     the same command as qualify, named for a run of a peer's sampler (e.g.
+#            --verifier vllm-mrv2 --overlay .overlay/vllm-0.33.0, or --verifier flashinfer:
+#            its wheels from .whl-fi/gpu, carry ".whl-fi/gpu")
 #   oracle   pp3 oracle --device cuda ARGS
 #   probe    pp3 probe --overlay .overlay/vllm-0.33.0 ARGS
 #   pp3      pp3 ARGS (any command, e.g. `pp3 qualify --verifier vllm-mrv2 ...`), the call's
@@ -50,6 +50,7 @@ set -o pipefail
 [ -d .gitcopy ] && export GIT_DIR=$PWD/.gitcopy GIT_WORK_TREE=$PWD
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
+left() { echo $(( 570 - $(elapsed) )); }  # the call's remaining time (see above)
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit 3
 if ls .whl-fi/gpu/*.whl >/dev/null 2>&1; then  # FlashInfer's wheels, when carried
@@ -90,14 +91,10 @@ while [ $# -gt 0 ]; do
     wait)
       if [ -n "$tests_pid" ]; then wait "$tests_pid"; tests_pid=; say "tests done"; fi
       tail -5 "$OUT/pytest_gpu.log" 2>/dev/null | tee -a "$log" ;;
-    qualify)
-      timeout $(( 570 - $(elapsed) )) python3 -m pp3cli qualify --profile strict "${args[@]}" 2>&1 \
-        | tail -60 | tee -a "$log"
-      say "qualify exit ${PIPESTATUS[0]}" ;;
-    peer)
-      timeout $(( 570 - $(elapsed) )) python3 -m pp3cli qualify --profile strict "${args[@]}" 2>&1 \
+    qualify|peer)
+      timeout "$(left)" python3 -m pp3cli qualify --profile strict "${args[@]}" 2>&1 \
         | tail -80 | tee -a "$log"
-      say "peer exit ${PIPESTATUS[0]}" ;;
+      say "$stage exit ${PIPESTATUS[0]}" ;;
     oracle)
       timeout 100 python3 -m pp3cli oracle --device cuda "${args[@]}" 2>&1 | tail -60 | tee -a "$log"
       say "oracle exit ${PIPESTATUS[0]}" ;;
@@ -106,18 +103,18 @@ while [ $# -gt 0 ]; do
         | tee "$OUT/selector_ab.log" | tail -40 | tee -a "$log"
       say "ab exit ${PIPESTATUS[0]}" ;;
     probe)
-      timeout $(( 570 - $(elapsed) )) python3 -m pp3cli probe --overlay .overlay/vllm-0.33.0 \
+      timeout "$(left)" python3 -m pp3cli probe --overlay .overlay/vllm-0.33.0 \
         "${args[@]}" 2>&1 | tee -a "$log" | tail -80
       say "probe exit ${PIPESTATUS[0]}" ;;
     script)
-      timeout $(( 570 - $(elapsed) )) python3 "${args[@]}" 2>&1 | tee "$OUT/script.log" \
+      timeout "$(left)" python3 "${args[@]}" 2>&1 | tee "$OUT/script.log" \
         | tail -40 | tee -a "$log"
       say "script exit ${PIPESTATUS[0]}" ;;
     pp3)
-      timeout $(( 570 - $(elapsed) )) python3 -m pp3cli "${args[@]}" 2>&1 | tail -60 | tee -a "$log"
+      timeout "$(left)" python3 -m pp3cli "${args[@]}" 2>&1 | tail -60 | tee -a "$log"
       say "pp3 exit ${PIPESTATUS[0]}" ;;
     bash)
-      timeout $(( 570 - $(elapsed) )) bash "${args[@]}" 2>&1 | tee "$OUT/bash.log" \
+      timeout "$(left)" bash "${args[@]}" 2>&1 | tee "$OUT/bash.log" \
         | tail -60 | tee -a "$log"
       say "bash exit ${PIPESTATUS[0]}" ;;
     *) say "unknown stage $stage"; exit 2 ;;
@@ -126,9 +123,8 @@ done
 if [ -n "$tests_pid" ]; then wait "$tests_pid"; say "tests done"; tail -30 "$OUT/pytest_gpu.log"; fi
 # Only the receipts this call wrote, with the manifest, in one tarball: a call returns 8 files
 # at most and silently drops the rest (on 2026-12-01 two receipts of a five-receipt call were
-# lost that way, and had to be made again). Unpack here with
-#   mkdir -p /tmp/back && cat FILES_AT/receipts.tar.part* | tar -x -C /tmp/back
-# and check that the local manifest is a prefix of the returned one before copying.
+# lost that way, and had to be made again). Take them in here with
+# `bash bench/receipts_aside.sh take FILES_AT`, which checks the manifest and the files.
 find receipts -maxdepth 1 -name '*.json' -newer "$marker" -printf '%f\n' >/tmp/new-receipts
 echo MANIFEST.jsonl >>/tmp/new-receipts
 tar -cf - -C receipts -T /tmp/new-receipts | split -b 15m -d - "$OUT/receipts.tar.part"
