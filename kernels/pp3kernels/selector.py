@@ -226,7 +226,9 @@ def plan_launch(
         flat_rows=r,
         groups=groups,
         finish_warps=finish_warps,
-        overlap=True,
+        # Overlapped launches for point drafts and dense q only: sparse q of more slots
+        # finishes faster with the partials read first (bench/NOTES.md, step 8b).
+        overlap=support == 1,
     )
 
 

@@ -842,6 +842,24 @@ def _draw_in_chunk(
 
 
 @triton.jit
+def _row_statistics(partials, offs_b64, rows, valid, splits, split_ok, inv_tau, NSPLIT, K):
+    """Every row's partials at once, [BLOCK_B, R, NSPLIT_P2], into row statistics: (p_max,
+    p_sum, m, s, the first argmax, the request's logits status)."""
+    part_max_ptr, part_sum_ptr, part_arg_ptr, part_flag_ptr = partials
+    prow = offs_b64[:, None] * (K + 1) + rows[None, :]
+    pidx = prow[:, :, None] * NSPLIT + splits[None, None, :]
+    pmask = valid[:, :, None] & split_ok[None, None, :]
+    p_max = tl.load(part_max_ptr + pidx, mask=pmask, other=float("-inf"))
+    p_sum = tl.load(part_sum_ptr + pidx, mask=pmask, other=0.0)
+    p_arg = tl.load(part_arg_ptr + pidx, mask=pmask, other=_BIG_INDEX)
+    p_flag = tl.load(part_flag_ptr + pidx, mask=pmask, other=0)
+    r_max, r_sum = _combine_max_sum(p_max, p_sum, inv_tau[:, None, None], 2)
+    greedy = _first_argmax(p_max, p_arg, r_max, 2)
+    status = _logits_status(p_flag, r_max, valid)
+    return p_max, p_sum, r_max, r_sum, greedy, status
+
+
+@triton.jit
 def _chain_stop(
     logits,
     drafts,
@@ -876,7 +894,6 @@ def _chain_stop(
     max m and sum s; the greedy token of the stop row (-1 for T1); the stop row's mask over
     the [BLOCK_B, R] rows; and the partials' max and sum, [BLOCK_B, R, NSPLIT_P2].
     """
-    part_max_ptr, part_sum_ptr, part_arg_ptr, part_flag_ptr = partials
     draft_ptr, stride_db, stride_dk = drafts
     offs_b64 = offs_b.to(tl.int64)
     rows = tl.arange(0, R)
@@ -885,8 +902,16 @@ def _chain_stop(
     split_ok = splits < NSPLIT
     den64 = tl.zeros([BLOCK_B, R], dtype=tl.float64) + denominator_f
 
-    # ---- 1. What the inputs alone decide, read before phase 1's partials (with OVERLAP,
-    # while phase 1 still runs): the draft rows, their logits l_x, q at x and the coins.
+    # ---- 1. Without OVERLAP, every row's statistics from the partials first, as the
+    # kernel read them before step 8 (bench/NOTES.md: in the other order sparse q's finish
+    # compiles to a slower program, +9 µs at S = 1024). With OVERLAP, after step 2.
+    if not OVERLAP:
+        p_max, p_sum, r_max, r_sum, greedy, status = _row_statistics(
+            partials, offs_b64, rows, valid, splits, split_ok, inv_tau, NSPLIT, K
+        )
+
+    # ---- 2. What the inputs alone decide (with OVERLAP read while phase 1 still runs, then
+    # wait for it): the draft rows, their logits l_x, q at x and the coins.
     drow = valid & (rows < K)[None, :]
     draft = tl.load(
         draft_ptr + offs_b64[:, None] * stride_db + rows[None, :] * stride_dk,
@@ -909,18 +934,9 @@ def _chain_stop(
         bad = bad | proposed  # a sampled proposal without any q
     if OVERLAP:
         gdc_wait()  # phase 1 (and the rescan kernel) done, their writes visible
-
-    # ---- 2. Every row's partials at once, [BLOCK_B, R, NSPLIT_P2], into row statistics.
-    prow = offs_b64[:, None] * (K + 1) + rows[None, :]
-    pidx = prow[:, :, None] * NSPLIT + splits[None, None, :]
-    pmask = valid[:, :, None] & split_ok[None, None, :]
-    p_max = tl.load(part_max_ptr + pidx, mask=pmask, other=float("-inf"))
-    p_sum = tl.load(part_sum_ptr + pidx, mask=pmask, other=0.0)
-    p_arg = tl.load(part_arg_ptr + pidx, mask=pmask, other=_BIG_INDEX)
-    p_flag = tl.load(part_flag_ptr + pidx, mask=pmask, other=0)
-    r_max, r_sum = _combine_max_sum(p_max, p_sum, inv_tau[:, None, None], 2)
-    greedy = _first_argmax(p_max, p_arg, r_max, 2)
-    status = _logits_status(p_flag, r_max, valid)
+        p_max, p_sum, r_max, r_sum, greedy, status = _row_statistics(
+            partials, offs_b64, rows, valid, splits, split_ok, inv_tau, NSPLIT, K
+        )
 
     # ---- 3. The chain, all rows at once: accept[i] for every draft row, then the first
     # failure is the stop row (K when every draft is accepted: the bonus row).
