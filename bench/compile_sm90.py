@@ -222,7 +222,9 @@ def worker(
     for name, batch, q, support in CASES:
         if only and not any(word in name for word in only):
             continue
-        plan = plan_launch(batch, K + 1, VOCAB, interpreter=False, support=support)
+        plan = plan_launch(
+            batch, K + 1, VOCAB, interpreter=False, support=support, dense=q == "dense"
+        )
         plan = replace(plan, **overrides)
         q_mode = {"dense": Q_DENSE, "sparse": Q_SPARSE, "point": Q_SPARSE}[q]
         stats_const, finish_const = launch_constants(

@@ -60,7 +60,9 @@ def cases(cpu: bool, only: list[str] | None) -> list[tuple[str, int, str]]:
 def variant_plan(batch: int, q: str, vocab: int, cpu: bool, warps: int, block_f: int) -> LaunchPlan:
     """The default plan for the case with phase 2 at ``warps`` warps and the draw tile
     ``block_f`` where it divides the chunk (the interpreter's plans keep their tiles)."""
-    plan = plan_launch(batch, K + 1, vocab, interpreter=cpu, support=support_of(q))
+    plan = plan_launch(
+        batch, K + 1, vocab, interpreter=cpu, support=support_of(q), dense=q == "dense"
+    )
     fields = {**plan.__dict__, "finish_warps": warps}
     if not cpu and plan.chunk % block_f == 0:
         fields["block_f"] = block_f

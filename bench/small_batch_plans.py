@@ -91,7 +91,9 @@ def variant_plan(
 ) -> LaunchPlan:
     """The case's default plan with ``overrides``; a new chunk brings its split count and a
     draw tile of min(1024, chunk)."""
-    plan = plan_launch(batch, K + 1, vocab, interpreter=cpu, support=support_of(q))
+    plan = plan_launch(
+        batch, K + 1, vocab, interpreter=cpu, support=support_of(q), dense=q == "dense"
+    )
     fields: dict[str, Any] = {**plan.__dict__, **overrides}
     if "chunk" in overrides:
         fields["nsplit"] = -(-vocab // overrides["chunk"])

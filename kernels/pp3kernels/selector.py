@@ -170,9 +170,10 @@ def _tile_elements_per_request(r: int, block_v: int, support: int, nsplit: int) 
 
 
 def plan_launch(
-    batch: int, rows: int, vocab: int, *, interpreter: bool, support: int = 1
+    batch: int, rows: int, vocab: int, *, interpreter: bool, support: int = 1, dense: bool = False
 ) -> LaunchPlan:
-    """Pick the launch shape (``support``: q's slots S for sparse q, else 1).
+    """Pick the launch shape (``support``: q's slots S for sparse q, else 1; ``dense``: q is
+    dense).
 
     Interpreter: up to 8192 requests per program, one split up to V = 8192 and splits of
     8192 tokens beyond, every tile within Triton's 2^20-element limit for the given rows,
@@ -216,13 +217,17 @@ def plan_launch(
     # tile as one request's rows padded to R, without the padding rows (K = 5: 6 of 8).
     wide = slot_axis(support) >= _WIDE_SUPPORT_SLOTS
     finish_warps = _FINISH_WARPS_WIDE_SUPPORT if wide else _FINISH_WARPS
+    # The draw reads a 2048-token chunk as one tile, once (jit/chain.py, _one_tile_draw);
+    # dense q keeps 1024-token tiles (its rescan and draw ran 3x slower with 2048: NOTES,
+    # "phase 2 by launch shape"), and chunks grown past 2048 walk tiles of 1024.
+    block_f = chunk if chunk == _CHUNK and not dense else _DRAW_TILE
     return LaunchPlan(
         1,
         block_v,
         nsplit,
         chunk,
         warps,
-        _DRAW_TILE,
+        block_f,
         flat_rows=r,
         groups=groups,
         finish_warps=finish_warps,
@@ -353,7 +358,12 @@ def verify_chain(
 
     if plan is None:
         plan = plan_launch(
-            batch, rows, vocab, interpreter=is_interpreter() or not logits.is_cuda, support=support
+            batch,
+            rows,
+            vocab,
+            interpreter=is_interpreter() or not logits.is_cuda,
+            support=support,
+            dense=q_mode == Q_DENSE,
         )
     block_f = plan.block_f or plan.block_v
     if plan.chunk % plan.block_v or plan.chunk % block_f:

@@ -214,7 +214,14 @@ def selector_plan(case: ProbeCase, device: torch.device | None = None) -> dict[s
     from pp3kernels.selector import overlaps
 
     support = case.support if case.draft == "sparse" else 1
-    plan = plan_launch(case.batch, case.depth + 1, case.vocab, interpreter=False, support=support)
+    plan = plan_launch(
+        case.batch,
+        case.depth + 1,
+        case.vocab,
+        interpreter=False,
+        support=support,
+        dense=case.draft == "dense",
+    )
     shape: dict[str, int | bool] = asdict(plan)
     if device is not None:
         shape["overlap"] = overlaps(plan, device)

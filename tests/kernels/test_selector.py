@@ -1292,14 +1292,15 @@ def test_gpu_small_vocabulary_plans_agree_with_reference(vocab: int, q: str, sup
 )
 def test_gpu_split_plans_agree_with_reference(q: str, support: int, drafts: int) -> None:
     """The GPU's split-vocabulary plan (V > 1024: chunks of 2048 tokens, the last one short,
-    1024-token draw tiles, the small-batch tile shape), run in the interpreter on six mixed
+    each drawn in one tile, dense q's in 1024-token tiles; the small-batch tile shape), run in
+    the interpreter on six mixed
     requests with K = 3 (rows = R = 4) or K = 5 (6 rows, R = 8): same bits as the reference.
     S = 600 takes the chunk-by-chunk membership, the acceptance's slot tiles and the
     scratch-row draw; dense q the rescan launch."""
     vocab = 4100
     args = _make(batch=6, drafts=drafts, vocab=vocab, seed=support + drafts, q=q, support=support)
-    plan = plan_launch(6, drafts + 1, vocab, interpreter=False, support=support)
-    assert plan.nsplit == 3 and plan.chunk == 2048 and plan.block_f == 1024
+    plan = plan_launch(6, drafts + 1, vocab, interpreter=False, support=support, dense=q == "dense")
+    assert (plan.nsplit, plan.chunk, plan.block_f) == (3, 2048, 1024 if q == "dense" else 2048)
     got = _kernel(args, plan=plan)
     _assert_same(got, _reference(args), args)
     if q != "point":
@@ -1377,6 +1378,34 @@ def test_launch_constants_name_every_compile_time_argument(
     assert stats["OVERLAP"] is overlap and phase2["OVERLAP"] is overlap
     assert (stats["K"], stats["R"], stats["BLOCK_R"], stats["FLAT"]) == (5, 8, 8, True)
     assert (phase2["S"], phase2["Q_MODE"], phase2["NSPLIT_P2"]) == (support, q_mode, 64)
+
+
+def test_the_draw_reads_a_2048_token_chunk_as_one_tile_except_for_dense_q() -> None:
+    """The large-vocabulary plans draw from a 2048-token chunk in one tile (block_f = chunk:
+    ``_one_tile_draw``); dense q keeps 1024-token tiles, as do chunks grown past 2048."""
+    assert plan_launch(4, 6, 129_280, interpreter=False).block_f == 2048
+    assert plan_launch(64, 6, 129_280, interpreter=False, support=1024).block_f == 2048
+    assert plan_launch(4, 6, 129_280, interpreter=False, dense=True).block_f == 1024
+    assert plan_launch(4, 6, 600_000, interpreter=False).block_f == 1024
+
+
+@pytest.mark.parametrize(
+    ("q", "support"), [("point", 1), ("sparse", 3), ("sparse", 8), ("dense", 1)]
+)
+def test_one_tile_draw_and_tile_walk_both_give_the_reference_bits(q: str, support: int) -> None:
+    """A chunk drawn in one tile (chunk = block_f: one read, ``_one_tile_draw``) and the same
+    chunk walked in four tiles (``_chunk_walk``, ``_tile_pick``) both give the reference's
+    tokens, on sampled batches where most requests draw from a residual (sparse q of 8
+    slots through the scratch row)."""
+    args = _make(
+        batch=24, drafts=4, vocab=3000, seed=61 + support, q=q, support=support, greedy_share=0.0
+    )
+    want = _reference(args)
+    one = LaunchPlan(block_b=2, block_v=256, nsplit=3, chunk=1024, num_warps=4, block_f=1024)
+    walked = LaunchPlan(block_b=2, block_v=256, nsplit=3, chunk=1024, num_warps=4, block_f=256)
+    _assert_same(_kernel(args, plan=one), want, args)
+    _assert_same(_kernel(args, plan=walked), want, args)
+    assert int((want.accepted < 4).sum()) > 0  # some request drew from a residual
 
 
 def test_finish_warps_must_be_a_power_of_two_up_to_32() -> None:
@@ -1545,17 +1574,17 @@ def test_interpreter_plan_respects_tritons_tile_limit(
 # the launch shapes measured on the H200 (bench/NOTES.md) and the interpreter's, pinned so
 # that a refactor of plan_launch cannot change them unnoticed.
 PINNED_PLANS: dict[tuple[int, int, int, bool], tuple[int, ...]] = {
-    (1, 6, 129_280, False): (1, 256, 64, 2048, 8, 1024, 8, 2, 8, True),
-    (64, 6, 129_280, False): (1, 128, 64, 2048, 4, 1024, 8, 4, 8, True),
-    (16, 6, 129_280, False): (1, 128, 64, 2048, 4, 1024, 8, 4, 8, True),
-    (15, 6, 129_280, False): (1, 256, 64, 2048, 8, 1024, 8, 2, 8, True),
-    (4, 2, 129_280, False): (1, 1024, 64, 2048, 8, 1024, 2, 2, 8, True),
-    (4, 1, 129_280, False): (1, 2048, 64, 2048, 8, 1024, 1, 2, 8, True),
-    (4, 33, 129_280, False): (1, 64, 64, 2048, 8, 1024, 64, 2, 8, True),
+    (1, 6, 129_280, False): (1, 256, 64, 2048, 8, 2048, 8, 2, 8, True),
+    (64, 6, 129_280, False): (1, 128, 64, 2048, 4, 2048, 8, 4, 8, True),
+    (16, 6, 129_280, False): (1, 128, 64, 2048, 4, 2048, 8, 4, 8, True),
+    (15, 6, 129_280, False): (1, 256, 64, 2048, 8, 2048, 8, 2, 8, True),
+    (4, 2, 129_280, False): (1, 1024, 64, 2048, 8, 2048, 2, 2, 8, True),
+    (4, 1, 129_280, False): (1, 2048, 64, 2048, 8, 2048, 1, 2, 8, True),
+    (4, 33, 129_280, False): (1, 64, 64, 2048, 8, 2048, 64, 2, 8, True),
     (4, 6, 1000, False): (1, 1024, 1, 1024, 4, 1024),
     (4, 6, 5, False): (1, 16, 1, 16, 4, 16),
     (4, 6, 300, False): (1, 512, 1, 512, 4, 512),
-    (4, 6, 1025, False): (1, 256, 1, 2048, 8, 1024, 8, 2, 8, True),
+    (4, 6, 1025, False): (1, 256, 1, 2048, 8, 2048, 8, 2, 8, True),
     (4, 6, 600_000, False): (1, 256, 196, 3072, 8, 1024, 8, 2, 8, True),
     (4, 6, 2_000_000, False): (1, 256, 245, 8192, 8, 1024, 8, 2, 8, True),
     (1, 1, 1, True): (1, 1, 1, 1, 4, 1),

@@ -269,7 +269,7 @@ def test_overlapped_launches_give_the_same_bits(batch: int, q: str) -> None:
         )
         for i in range(2)
     ]
-    base = plan_launch(batch, 6, VOCAB, interpreter=False, support=support)
+    base = plan_launch(batch, 6, VOCAB, interpreter=False, support=support, dense=q == "dense")
     assert base.overlap == (support == 1)  # sparse q of more slots is planned without it
     overlapped, apart = replace(base, overlap=True), replace(base, overlap=False)
     plain = [verify_chain(**args, validate=False, plan=apart) for args in sets]

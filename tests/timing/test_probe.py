@@ -362,7 +362,7 @@ def test_each_case_names_the_selector_plan_it_was_timed_with() -> None:
         "nsplit": 64,
         "chunk": 2048,
         "num_warps": 8,
-        "block_f": 1024,
+        "block_f": 2048,
         "flat_rows": 8,
         "groups": 2,
         "finish_warps": 8,

@@ -803,6 +803,38 @@ def _pick_chunk(
 
 
 @triton.jit
+def _one_tile_draw(
+    row,
+    q,
+    resid,
+    live,
+    chunk_start,
+    target,
+    V,
+    Q_MODE: tl.constexpr,
+    S: tl.constexpr,
+    S_P2: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+):
+    """``_chunk_walk`` then ``_tile_pick`` for a chunk that is one tile, from one read of it:
+    the tile's weights w_v, their total T (fp64) and running sums 0 + sum_{w <= v} w_v
+    (fp64, as _tile_pick's with the walk's before = 0); where T > 0 the first id whose
+    running sum exceeds ``target`` (else the last positive-weight id), where T = 0 or the
+    row is not ``live``, -1. Same bits as the walk and pick, one tile load and one pass of
+    exponentials instead of two."""
+    offs_v = chunk_start[:, None] + tl.arange(0, BLOCK_F)[None, :]
+    mask_v = (offs_v < V) & live[:, None]
+    w = _row_weights(row, q, resid, chunk_start, offs_v, mask_v, Q_MODE, S, S_P2, BLOCK_F)
+    w64 = w.to(tl.float64)
+    total = tl.sum(w64, axis=1)
+    running = tl.cumsum(w64, axis=1)
+    first = tl.min(tl.where((running > target[:, None]) & mask_v, offs_v, _BIG_INDEX), axis=1)
+    last_positive = tl.max(tl.where((w > 0.0) & mask_v, offs_v, -1), axis=1)
+    token = tl.where(first < _BIG_INDEX, first, last_positive)
+    return tl.where(total > 0.0, token, -1)
+
+
+@triton.jit
 def _draw_in_chunk(
     row,
     q,
@@ -819,7 +851,12 @@ def _draw_in_chunk(
     BLOCK_F: tl.constexpr,
 ):
     """The token of chunk ``pick`` at which the running sum of r_v exceeds ``inner``: the
-    tile by its tile sums (``_chunk_walk``), then the token inside it (``_tile_pick``)."""
+    tile by its tile sums (``_chunk_walk``), then the token inside it (``_tile_pick``); a
+    chunk of one tile (chunk = BLOCK_F) in one read (``_one_tile_draw``)."""
+    if chunk == BLOCK_F:
+        return _one_tile_draw(
+            row, q, resid, need_sample, pick * chunk, inner, V, Q_MODE, S, S_P2, BLOCK_F
+        )
     _total, tile, before = _chunk_walk(
         row,
         q,
