@@ -23,8 +23,9 @@ graphs, wall-clock time of single calls.
 Cases: V = 129280 bf16 logits (randn * 4), K = 5, drafts = the greedy token with one in
 three requests off by one at row 2; point-mass q (S = 1, count C = 2^16) for
 B in {1, 4, 16, 64, 256} x {all T1, all T0, half}; sparse q (S = 64, 1024 and 4096 tokens
-of C / S each, the draft among them) and dense q (softmax of noisy logits) for B in {4, 64},
-all T1. ``--only`` keeps the cases whose name contains one of the given words.
+of C / S each, the draft among them) for B in {4, 64} and dense q (softmax of noisy logits)
+for B in {1, 4, 16, 64}, all T1. ``--only`` keeps the cases whose name contains one of the
+given words.
 
 Prints one table last (case, base µs, new µs, new/base, outputs identical; µs = median over
 rounds of each worker's median) and writes everything to DIR/selector_ab.json. Graph
@@ -61,7 +62,8 @@ def cases(cpu: bool, only: list[str] | None = None) -> list[tuple[str, int, str,
     for b in (4,) if cpu else (4, 64):
         supports = (64,) if cpu else (64, 1024, 4096)  # V = 300 on the CPU
         out += [(f"B{b} T1 sparse{s}", b, "T1", f"sparse{s}") for s in supports]
-        out.append((f"B{b} T1 dense", b, "T1", "dense"))
+    # dense q on both sides of the plans' small-batch line (16 requests)
+    out += [(f"B{b} T1 dense", b, "T1", "dense") for b in ((4,) if cpu else (1, 4, 16, 64))]
     return [c for c in out if not only or any(word in c[0] for word in only)]
 
 
