@@ -15,7 +15,9 @@ instructions, block barriers (BAR.SYNC) and cp.async loads (LDGSTS). --finish-wa
 --overlap 0 compiles the launches without programmatic dependent launch's waits and triggers;
 --barrier-lines charges each barrier to the last chain.py line before it in `nvdisasm -gi`
 (inlined helpers such as tl.sum report Triton's own lines, so the caller's is the useful
-one). Each --pkg (a folder holding
+one). With PP3_SM90_DUMP=DIR in the environment, each launch's TTGIR and PTX are written to
+DIR (to read the layouts Triton chose, and the convert_layout ops between them, which
+become shared-memory round trips with block barriers). Each --pkg (a folder holding
 a `pp3kernels/` that has `selector.launch_constants`, i.e. from v5 step 8 on) is compiled in
 its own subprocess; the default
 is this tree's kernels/. Cases: phase 1 and phase 2 of point drafts at B4 and B64, sparse
@@ -258,6 +260,11 @@ def worker(
                 report = _ptxas_report(compiled.asm["ptx"], "sm_90a")
                 report["shared"] = int(compiled.metadata.shared)
                 report.update(_sass_report(compiled.asm["cubin"], barrier_lines))
+                if dump := os.environ.get("PP3_SM90_DUMP"):  # TTGIR and PTX, for reading
+                    stem = Path(dump) / f"{name.replace(' ', '_')}_{phase}"
+                    stem.parent.mkdir(parents=True, exist_ok=True)
+                    stem.with_suffix(".ttgir").write_text(compiled.asm["ttgir"])
+                    stem.with_suffix(".ptx").write_text(compiled.asm["ptx"])
             except Exception as err:  # a shape that does not compile is a finding, not a crash
                 report = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
             rows.append({"case": name, "phase": phase, "warps": warps, **report})
