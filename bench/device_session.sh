@@ -16,7 +16,7 @@
 #            a cold Triton cache `gate -k test_selector_gpu` takes ~300 s (2026-12-01)
 #   wait     wait for the background tests (before a timing stage)
 #   qualify  pp3 qualify --profile strict ARGS with the call's remaining time (a strict run
-#            takes ~310-350 s with the Triton cache of an earlier strict run carried, and
+#            takes ~310-370 s with the Triton cache of an earlier strict run carried, and
 #            passed a 400 s limit without it on 2026-12-01: carry .triton-cache.tgz)
 #   peer     the same command as qualify, named for a run of a peer's sampler (e.g.
 #            --verifier vllm-mrv2 --overlay .overlay/vllm-0.33.0, or --verifier flashinfer:
