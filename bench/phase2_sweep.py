@@ -34,9 +34,9 @@ from typing import Any
 
 import torch
 from launch_split import precompile, time_calls, without  # bench/ is the script's own folder
-from selector_ab import K, make_inputs, support_of
+from selector_ab import K, case_plan, make_inputs
 
-from pp3kernels.selector import LaunchPlan, plan_launch, verify_chain
+from pp3kernels.selector import LaunchPlan, verify_chain
 
 Variant = tuple[int, int]  # (phase-2 warps, block_f)
 DEFAULT: Variant = (4, 1024)
@@ -60,9 +60,7 @@ def cases(cpu: bool, only: list[str] | None) -> list[tuple[str, int, str]]:
 def variant_plan(batch: int, q: str, vocab: int, cpu: bool, warps: int, block_f: int) -> LaunchPlan:
     """The default plan for the case with phase 2 at ``warps`` warps and the draw tile
     ``block_f`` where it divides the chunk (the interpreter's plans keep their tiles)."""
-    plan = plan_launch(
-        batch, K + 1, vocab, interpreter=cpu, support=support_of(q), dense=q == "dense"
-    )
+    plan = case_plan(batch, q, vocab, cpu=cpu)
     fields = {**plan.__dict__, "finish_warps": warps}
     if not cpu and plan.chunk % block_f == 0:
         fields["block_f"] = block_f

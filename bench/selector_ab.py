@@ -72,6 +72,16 @@ def support_of(q: str) -> int:
     return int(q.removeprefix("sparse")) if q.startswith("sparse") else 1
 
 
+def case_plan(batch: int, q: str, vocab: int, *, cpu: bool) -> Any:
+    """The LaunchPlan that verify_chain picks for a case of q form ``q`` (plan_launch with
+    its support and whether q is dense): where the plan sweeps start. Imported here, not at
+    the top: the A/B workers each import their own pp3kernels."""
+    from pp3kernels.selector import plan_launch
+
+    support = support_of(q)
+    return plan_launch(batch, K + 1, vocab, interpreter=cpu, support=support, dense=q == "dense")
+
+
 def make_inputs(batch: int, temps: str, q: str, index: int, vocab: int, device: str) -> Any:
     import torch
 

@@ -40,9 +40,9 @@ from typing import Any
 
 import torch
 from launch_split import precompile, time_calls, without  # bench/ is the script's own folder
-from selector_ab import K, make_inputs, support_of
+from selector_ab import K, case_plan, make_inputs
 
-from pp3kernels.selector import LaunchPlan, plan_launch, verify_chain
+from pp3kernels.selector import LaunchPlan, verify_chain
 
 VOCAB = 129_280
 # Each variant overrides fields of the case's default plan (steps per phase-1 program =
@@ -91,9 +91,7 @@ def variant_plan(
 ) -> LaunchPlan:
     """The case's default plan with ``overrides``; a new chunk brings its split count and a
     draw tile of min(1024, chunk)."""
-    plan = plan_launch(
-        batch, K + 1, vocab, interpreter=cpu, support=support_of(q), dense=q == "dense"
-    )
+    plan = case_plan(batch, q, vocab, cpu=cpu)
     fields: dict[str, Any] = {**plan.__dict__, **overrides}
     if "chunk" in overrides:
         fields["nsplit"] = -(-vocab // overrides["chunk"])
