@@ -54,6 +54,27 @@ from pp3kernels.selector import LaunchPlan, plan_launch, verify_chain
 _LOG2E = tl.constexpr(1.4426950408889634)
 
 
+@triton.jit
+def _load(ptrs, mask, CACHE: tl.constexpr):
+    """A masked load (-inf where masked) with CACHE's hints: 0 none, 1 ``.cg`` (L2 only),
+    2 evict_first, 3 both."""
+    if CACHE == 0:
+        x = tl.load(ptrs, mask=mask, other=float("-inf"))
+    elif CACHE == 1:
+        x = tl.load(ptrs, mask=mask, other=float("-inf"), cache_modifier=".cg")
+    elif CACHE == 2:
+        x = tl.load(ptrs, mask=mask, other=float("-inf"), eviction_policy="evict_first")
+    else:
+        x = tl.load(
+            ptrs,
+            mask=mask,
+            other=float("-inf"),
+            cache_modifier=".cg",
+            eviction_policy="evict_first",
+        )
+    return x
+
+
 @triton.jit(do_not_specialize=["n_rows", "V", "NSPLIT"])
 def stats_variant(
     x_ptr,
@@ -72,9 +93,15 @@ def stats_variant(
     BV: tl.constexpr,
     MODE: tl.constexpr,
     PF: tl.constexpr,
+    ORDER: tl.constexpr = 0,
+    CACHE: tl.constexpr = 0,
 ):
-    pid_r = tl.program_id(0)
-    pid_s = tl.program_id(1)
+    if ORDER == 0:  # row blocks fastest (the selector's grid)
+        pid_r = tl.program_id(0)
+        pid_s = tl.program_id(1)
+    else:  # splits fastest: concurrent programs sweep consecutive rows' contiguous memory
+        pid_s = tl.program_id(0)
+        pid_r = tl.program_id(1)
     rows = pid_r * ROWS + tl.arange(0, ROWS)
     mask_r = rows < n_rows
     tau = tl.load(tau_ptr + rows // K1, mask=mask_r, other=1.0)
@@ -93,19 +120,15 @@ def stats_variant(
     arg = tl.full([ROWS, BV], 2**30, tl.int32)
     nan = tl.zeros([ROWS, BV], tl.int1)
     offs = start + grp
-    nxt = tl.load(base + offs, mask=mask_r[:, None, None] & (offs < end), other=float("-inf"))
+    nxt = _load(base + offs, mask_r[:, None, None] & (offs < end), CACHE)
     for v0 in range(0, CHUNK, STEP):
         offs = start + v0 + grp
         if PF:
             x = nxt.to(tl.float32)
             offs_n = offs + STEP
-            nxt = tl.load(
-                base + offs_n, mask=mask_r[:, None, None] & (offs_n < end), other=float("-inf")
-            )
+            nxt = _load(base + offs_n, mask_r[:, None, None] & (offs_n < end), CACHE)
         else:
-            x = tl.load(
-                base + offs, mask=mask_r[:, None, None] & (offs < end), other=float("-inf")
-            ).to(tl.float32)
+            x = _load(base + offs, mask_r[:, None, None] & (offs < end), CACHE).to(tl.float32)
         if MODE == 0:
             m = tl.maximum(m, tl.max(x, axis=1))
         elif MODE == 4:
@@ -144,6 +167,58 @@ def stats_variant(
     tl.store(out_flag + part, flag, mask=mask_r)
 
 
+@triton.jit(do_not_specialize=["n_rows", "V", "NSPLIT"])
+def stats_tma(
+    desc,
+    out_max,
+    out_sum,
+    out_flag,
+    n_rows,
+    V,
+    NSPLIT,
+    CHUNK: tl.constexpr,
+    ROWS: tl.constexpr,
+    BV: tl.constexpr,
+    MODE: tl.constexpr,
+    STAGES: tl.constexpr,
+    ORDER: tl.constexpr,
+):
+    """MODE 0 (max) or 4 (greedy) over [ROWS, BV] tiles read by the tensor memory
+    accelerator (a host-made descriptor of the [rows, V] logits; zero past its bounds, made
+    -inf here past V), the chunk loop software-pipelined STAGES deep."""
+    if ORDER == 0:
+        pid_r = tl.program_id(0)
+        pid_s = tl.program_id(1)
+    else:
+        pid_s = tl.program_id(0)
+        pid_r = tl.program_id(1)
+    rows = pid_r * ROWS + tl.arange(0, ROWS)
+    mask_r = rows < n_rows
+    start = pid_s * CHUNK
+    m = tl.full([ROWS, BV], float("-inf"), tl.float32)
+    arg = tl.full([ROWS, BV], 2**30, tl.int32)
+    nan = tl.zeros([ROWS, BV], tl.int1)
+    for v0 in tl.range(0, CHUNK, BV, num_stages=STAGES):
+        offs = start + v0 + tl.arange(0, BV)
+        x = desc.load([pid_r * ROWS, start + v0]).to(tl.float32)
+        x = tl.where(offs[None, :] < V, x, float("-inf"))
+        if MODE == 0:
+            m = tl.maximum(m, x)
+        else:
+            nan = nan | (x != x)
+            gt = x > m
+            arg = tl.where(gt, offs[None, :], arg)
+            m = tl.where(gt, x, m)
+    row_m = tl.max(m, axis=1)
+    row_s = tl.zeros([ROWS], tl.float32)
+    if MODE == 4:
+        row_s = tl.min(tl.where(m == row_m[:, None], arg, 2**30), axis=1).to(tl.float32)
+    part = rows * NSPLIT + pid_s
+    tl.store(out_max + part, row_m, mask=mask_r)
+    tl.store(out_sum + part, row_s, mask=mask_r)
+    tl.store(out_flag + part, tl.max(nan.to(tl.int32), axis=1), mask=mask_r)
+
+
 Config = tuple[dict[str, int], int]  # (constexprs, num_warps)
 
 
@@ -155,6 +230,18 @@ def variant_call(
     rows, vocab = logits.shape[0] * logits.shape[1], logits.shape[2]
     nsplit = triton.cdiv(vocab, cfg["CHUNK"])
     grid = (triton.cdiv(rows, cfg["ROWS"]), nsplit)
+    if cfg.get("ORDER", 0):
+        grid = grid[::-1]
+    if cfg.get("TMA", 0):
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        desc = TensorDescriptor.from_tensor(logits.view(rows, vocab), [cfg["ROWS"], cfg["BV"]])
+        tma = {k: cfg[k] for k in ("CHUNK", "ROWS", "BV", "MODE", "STAGES", "ORDER")}
+
+        def call_tma() -> None:
+            stats_tma[grid](desc, *outs, rows, vocab, nsplit, **tma, num_warps=warps)
+
+        return call_tma
 
     def call() -> None:
         stats_variant[grid](
@@ -208,7 +295,10 @@ def _compile(configs: list[Config]) -> int:
     logits = torch.zeros(1, K + 1, VOCAB, dtype=torch.bfloat16, device="cuda")
     tau = torch.ones(1, device="cuda")
     for config in configs:
-        variant_call(logits, tau, config, new_outputs(K + 1, config, VOCAB, "cuda"))()
+        try:  # a variant that does not compile is reported by its check, not here
+            variant_call(logits, tau, config, new_outputs(K + 1, config, VOCAB, "cuda"))()
+        except Exception as exc:  # noqa: BLE001 -- any compiler error
+            print(f"compile failed: {config}: {exc!r}"[:400], flush=True)
     torch.cuda.synchronize()
     return len(configs)
 
@@ -265,7 +355,15 @@ def part_b(
         rows = batch * (K + 1)
         truth = truths(inputs[0]["logits"], inputs[0]["temperature"])
         for config in configs:
-            problem = check_variant(inputs[0]["logits"], inputs[0]["temperature"], config, truth)
+            try:
+                problem = check_variant(
+                    inputs[0]["logits"], inputs[0]["temperature"], config, truth
+                )
+            except Exception as exc:  # noqa: BLE001 -- a variant that fails to build or run
+                problem = f"raised {exc!r}"[:300]
+                out.append({"B": batch, **config[0], "warps": config[1], "problem": problem})
+                print(json.dumps(out[-1]), flush=True)
+                continue
             calls = [
                 variant_call(
                     a["logits"], a["temperature"], config, new_outputs(rows, config, vocab, device)
@@ -292,6 +390,101 @@ BASELINES: list[Config] = [
 ]
 
 
+# The load stage's shapes: the selector's from B = 16 on and stage 1's fastest (sixth session).
+LOAD_SHAPES: list[Config] = [
+    ({"CHUNK": 2048, "ROWS": 8, "G": 4, "BV": 128, "PF": 0}, 4),
+    ({"CHUNK": 8192, "ROWS": 4, "G": 4, "BV": 256, "PF": 0}, 4),
+]
+
+
+def loads_stage(vocab: int, device: str, l2: int, cpu: bool) -> list[dict[str, Any]]:
+    """Grid order (ORDER 1: splits fastest) and cache hints (CACHE 1 .cg, 2 evict_first) for
+    MODE 0 / 2 / 4 on two shapes, each checked against torch, then timed; torch.amax over
+    the same logits for scale. Prints a table: µs per (shape, mode) and B, by variant."""
+    shapes_ = LOAD_SHAPES[:1] if cpu else LOAD_SHAPES
+    configs = [
+        ({**c, "MODE": mode, "ORDER": order, "CACHE": cache}, w)
+        for c, w in shapes_
+        for mode in (0, 2, 4)
+        for order in (0, 1)
+        for cache in (0, 1, 2)
+    ]
+    # The tensor memory accelerator's loads, pipelined 1-4 deep, splits fastest or not.
+    tma_shapes = [(8, 2048), (4, 8192), (2, 8192)]
+    configs += [
+        (
+            dict(
+                CHUNK=ch, ROWS=r, G=1, BV=256, PF=0, MODE=mode, ORDER=o, CACHE=0, TMA=1, STAGES=st
+            ),
+            4,
+        )
+        for r, ch in (tma_shapes[:1] if cpu else tma_shapes)
+        for mode in (0, 4)
+        for o in (0, 1)
+        for st in ((1, 3) if cpu else (1, 2, 3, 4))
+    ]
+    if cpu:
+        configs = [({**c, "CHUNK": 1024}, w) for c, w in configs if c["MODE"] != 2]
+    else:
+        precompile(_compile, configs)
+    batches = (4,) if cpu else (64, 256, 1024)
+    records = part_b(batches, vocab, device, l2, cpu, configs)
+    for batch in batches:
+        sets = 1 if cpu else max(1, -(-2 * l2 // (batch * (K + 1) * vocab * 2)))
+        inputs = [make_inputs(batch, "T1", "point", i, vocab, device) for i in range(sets)]
+        us = time_calls([lambda a=a: torch.amax(a["logits"], dim=-1) for a in inputs], cpu)
+        rec = {"B": batch, "torch_amax_us": us, "TBps": batch * (K + 1) * vocab * 2 / us / 1e6}
+        print(json.dumps(rec), flush=True)
+        records.append(rec)
+        del inputs
+    print("\n== loads: µs by B, variant (ORDER, CACHE) = 00 / 01 / 02 / 10 / 11 / 12")
+    for c, w in shapes_:
+        for mode in (0, 2, 4):
+            line = [f"CHUNK={c['CHUNK']} ROWS={c['ROWS']} G={c['G']} BV={c['BV']} w{w} M{mode}"]
+            for batch in batches:
+                cells = []
+                for order, cache in itertools.product((0, 1), (0, 1, 2)):
+                    hit = [
+                        r.get("us", float("nan"))
+                        for r in records
+                        if not r.get("TMA")
+                        and r.get("MODE") == mode
+                        and r["B"] == batch
+                        and r.get("ORDER") == order
+                        and r.get("CACHE") == cache
+                        and r.get("ROWS") == c["ROWS"]
+                        and r.get("BV") == c["BV"]
+                    ]
+                    cells.append(f"{hit[0]:.1f}" if hit else "-")
+                line.append(f"B{batch}:" + "/".join(cells))
+            print(" ".join(line))
+    print("== TMA: µs by B, (ORDER, STAGES) = 01 / 02 / 03 / 04 / 11 / 12 / 13 / 14")
+    for r_, ch in tma_shapes[:1] if cpu else tma_shapes:
+        for mode in (0, 4):
+            line = [f"TMA CHUNK={ch} ROWS={r_} BV=256 w4 M{mode}"]
+            for batch in batches:
+                cells = []
+                for order, st in itertools.product((0, 1), (1, 2, 3, 4)):
+                    hit = [
+                        r.get("us", float("nan"))
+                        for r in records
+                        if r.get("TMA")
+                        and r["B"] == batch
+                        and r["MODE"] == mode
+                        and r["ORDER"] == order
+                        and r["STAGES"] == st
+                        and r["ROWS"] == r_
+                    ]
+                    cells.append(f"{hit[0]:.1f}" if hit else "-")
+                line.append(f"B{batch}:" + "/".join(cells))
+            print(" ".join(line))
+    amax = [f"B{r['B']} {r['torch_amax_us']:.1f}" for r in records if "torch_amax_us" in r]
+    print("torch.amax:", ", ".join(amax))
+    bad = [r for r in records if r.get("problem")]
+    print(f"variants failing their check: {len(bad)}", bad[:5])
+    return records
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cpu", action="store_true", help="smoke test in the interpreter")
@@ -300,6 +493,9 @@ def main() -> int:
     parser.add_argument("--skip-a", action="store_true", help="no part A")
     parser.add_argument("--only-a", action="store_true", help="part A only (no sweep)")
     parser.add_argument("--best", type=int, default=6, help="shapes carried to stage 2")
+    parser.add_argument(
+        "--loads", action="store_true", help="only the grid-order and cache-hint stage"
+    )
     args = parser.parse_args()
     cpu = args.cpu
     device, vocab = ("cpu", 3000) if cpu else ("cuda", VOCAB)
@@ -315,6 +511,11 @@ def main() -> int:
         report["copy_TBps"] = 2 * big.numel() / copy_us / 1e6
         print(f"copy: {report['copy_TBps']:.2f} TB/s (read + write)", flush=True)
         del big
+    if args.loads:
+        report["loads"] = loads_stage(vocab, device, l2, cpu)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "phase1_loads.json").write_text(json.dumps(report, indent=1))
+        return 0
     batches = (4,) if cpu else (1, 4, 16, 64, 256, 1024)
     b1: list[dict[str, Any]] = []
     ranked: list[dict[str, Any]] = []
@@ -334,7 +535,9 @@ def main() -> int:
         if not cpu:
             precompile(_compile, stage1)
         b1 = part_b((4,) if cpu else (64,), vocab, device, l2, cpu, stage1)
-        ranked = sorted((r for r in b1 if r["us"] == r["us"]), key=lambda r: r["us"])
+        ranked = sorted(
+            (r for r in b1 if r.get("us", float("nan")) == r.get("us")), key=lambda r: r["us"]
+        )
         # Stage 2: the fastest shapes and the selector's own, every mode, every batch size.
         carried = [({k: r[k] for k in KEYS}, r["warps"]) for r in ranked[: args.best]]
         carried += [({k: c[k] for k in KEYS}, w) for c, w in BASELINES]
@@ -366,7 +569,7 @@ def main() -> int:
                 cells = []
                 for mode in (0, 1, 2, 4):
                     hit = [
-                        x["us"]
+                        x.get("us", float("nan"))
                         for x in report["B2"]
                         if x["B"] == batch
                         and x["MODE"] == mode
