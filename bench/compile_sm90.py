@@ -28,6 +28,7 @@ where registers spill, not how long anything takes (that is `pp3 probe` on the d
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import re
@@ -175,7 +176,11 @@ def _int_values(batch: int, q: str, support: int, nsplit: int) -> dict[str, int]
 
 
 def _specialise(
-    kernel: Any, constexprs: dict[str, Any], overrides: dict[str, str], values: dict[str, int]
+    kernel: Any,
+    constexprs: dict[str, Any],
+    overrides: dict[str, str],
+    values: dict[str, int],
+    desc: str | None = None,
 ) -> tuple[dict[str, str], dict[str, Any], dict[tuple[int, ...], list[list[Any]]]]:
     """(signature, constexprs, attrs) as Triton's launcher specialises a real call: pointers
     16-byte aligned; an int equal to 1 becomes the constant 1 and a multiple of 16 is marked
@@ -187,6 +192,10 @@ def _specialise(
         name = param.name
         if name in constexprs:
             signature[name] = "constexpr"
+        elif name == "logits_desc":  # a host TMA descriptor (step 12), or None
+            signature[name] = desc or "constexpr"
+            if desc is None:
+                constants[name] = None
         elif name.endswith("_ptr"):
             signature[name] = overrides.get(name, _POINTERS.get(name, "*fp32"))
             attrs[(index,)] = divisible
@@ -229,9 +238,13 @@ def worker(
         )
         plan = replace(plan, **overrides)
         q_mode = {"dense": Q_DENSE, "sparse": Q_SPARSE, "point": Q_SPARSE}[q]
+        tma = bool(getattr(plan, "tma", False)) and max(plan.groups, plan.block_v) <= 256
+        extra = {"tma": tma} if "tma" in inspect.signature(launch_constants).parameters else {}
         stats_const, finish_const = launch_constants(
-            plan, K + 1, q_mode, support, overlap=plan.overlap
+            plan, K + 1, q_mode, support, overlap=plan.overlap, **extra
         )
+        box = f"{plan.groups}, {plan.flat_rows}, {plan.block_v}"
+        desc = f"tensordesc<bf16[{box}]>" if tma else None
         # CHUNK is a constexpr that verify_chain passes by position, with (B, V, NSPLIT).
         stats_const = {**stats_const, "CHUNK": plan.chunk}
         finish_const = {**finish_const, "CHUNK": plan.chunk}
@@ -254,7 +267,9 @@ def worker(
         for phase, kernel, constexprs, warps, pointer_types in launches:
             names = {p.name for p in kernel.params}
             constexprs = {k: v for k, v in constexprs.items() if k in names}
-            signature, constants, attrs = _specialise(kernel, constexprs, pointer_types, values)
+            signature, constants, attrs = _specialise(
+                kernel, constexprs, pointer_types, values, desc if phase == "stats" else None
+            )
             try:
                 compiled = _compile(kernel, signature, constants, attrs, warps)
                 report = _ptxas_report(compiled.asm["ptx"], "sm_90a")
@@ -265,8 +280,9 @@ def worker(
                     stem.parent.mkdir(parents=True, exist_ok=True)
                     stem.with_suffix(".ttgir").write_text(compiled.asm["ttgir"])
                     stem.with_suffix(".ptx").write_text(compiled.asm["ptx"])
+                    stem.with_suffix(".cubin").write_bytes(compiled.asm["cubin"])
             except Exception as err:  # a shape that does not compile is a finding, not a crash
-                report = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
+                report = {"error": f"{type(err).__name__}: {str(err)[-1500:]}"}
             rows.append({"case": name, "phase": phase, "warps": warps, **report})
     print(f"package {Path(pp3kernels.__file__).parent}", file=sys.stderr)
     return rows
@@ -279,6 +295,7 @@ def main() -> int:
     parser.add_argument("--finish-warps", type=int, help="phase 2's warps instead of the plan's")
     parser.add_argument("--stages", type=int, help="phase 1's pipeline depth (LaunchPlan.stages)")
     parser.add_argument("--overlap", type=int, choices=(0, 1), help="LaunchPlan.overlap")
+    parser.add_argument("--tma", type=int, choices=(0, 1), help="LaunchPlan.tma (step 12)")
     parser.add_argument("--barrier-lines", action="store_true", help="barriers by chain.py line")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -288,6 +305,7 @@ def main() -> int:
             ("finish_warps", args.finish_warps),
             ("stages", args.stages),
             ("overlap", None if args.overlap is None else bool(args.overlap)),
+            ("tma", None if args.tma is None else bool(args.tma)),
         )
         if value is not None
     }
