@@ -2,7 +2,7 @@
 spills, shared memory and SASS counts per launch shape, without spending device time.
 
     python3 bench/compile_sm90.py [--pkg PATH ...] [--only WORD ...] [--finish-warps N]
-                                  [--stages N] [--overlap 0|1] [--barrier-lines]
+                                  [--stages N] [--overlap 0|1] [--tma 0|1] [--barrier-lines]
 
 Triton compiles to a cubin without a driver (its wheel carries ptxas); this script builds
 each kernel's signature as a real launch specialises it (pointers by dtype and 16-byte
@@ -13,10 +13,13 @@ the bundled ptxas for its resource report on the PTX; cuobjdump counts the cubin
 instructions, block barriers (BAR.SYNC) and cp.async loads (LDGSTS). --finish-warps and
 --stages override those plan fields (stages needs a package that has the field);
 --overlap 0 compiles the launches without programmatic dependent launch's waits and triggers;
+--tma 0 compiles phase 1 without a TMA descriptor where the plan asks for one (a package
+from step 12 on: phase 1's whole chunks as TMA boxes; the descriptor's type is what a
+contiguous bf16 call passes);
 --barrier-lines charges each barrier to the last chain.py line before it in `nvdisasm -gi`
 (inlined helpers such as tl.sum report Triton's own lines, so the caller's is the useful
-one). With PP3_SM90_DUMP=DIR in the environment, each launch's TTGIR and PTX are written to
-DIR (to read the layouts Triton chose, and the convert_layout ops between them, which
+one). With PP3_SM90_DUMP=DIR in the environment, each launch's TTGIR, PTX and cubin are
+written to DIR (to read the layouts Triton chose, and the convert_layout ops between them, which
 become shared-memory round trips with block barriers). Each --pkg (a folder holding
 a `pp3kernels/` that has `selector.launch_constants`, i.e. from v5 step 8 on) is compiled in
 its own subprocess; the default

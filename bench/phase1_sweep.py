@@ -1,9 +1,15 @@
 """What bounds phase 1: the statistics pass alone, across tile shapes and update variants.
 
-Run on the device machine (`python3 bench/phase1_sweep.py [--out DIR] [--quick] [--only-a]`,
-the last for part A alone, about a minute); `--cpu`
-runs a few variants once at V = 3000 in Triton's interpreter and checks them against torch,
-to test the script itself.
+Run on the device machine (`python3 bench/phase1_sweep.py [--out DIR] [--quick] [--only-a]
+[--loads]`, `--only-a` for part A alone, about a minute; `--loads` for the load stage
+alone, about 100 s); `--cpu` runs a few variants once at V = 3000 in Triton's interpreter
+and checks them against torch, to test the script itself.
+
+The load stage (``loads_stage``, eleventh session): max only, the exp2 update and the
+greedy update over two tile shapes with the grid's order (row blocks or splits fastest)
+and cache hints (none, ``.cg``, evict_first) varied, and ``stats_tma``: the same passes
+over [ROWS, 256] boxes of the tensor memory accelerator, pipelined 1-4 deep; torch.amax
+over the same logits for scale.
 
 Part A, the selector as it is: ``verify_chain(validate=False)`` on point drafts, K = 5,
 B in {1, 4, 16, 64, 256, 1024}, all T1, all T0 and half, under the default plan and under the
