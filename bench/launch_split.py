@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import torch
-from selector_ab import K, make_inputs, time_case  # bench/ is the script's own folder
+from selector_ab import input_sets, make_inputs, time_case  # bench/ is the script's own folder
 
 import pp3kernels.selector as selector
 from pp3kernels.selector import verify_chain
@@ -90,7 +90,7 @@ def main() -> int:
             name = f"B{batch} {q}"
             if args.only and not any(word in name for word in args.only):
                 continue
-            sets = 1 if args.cpu else max(1, -(-2 * l2 // (batch * (K + 1) * vocab * 2)))
+            sets = input_sets(batch, vocab, l2, cpu=args.cpu)
             inputs = [make_inputs(batch, "T1", q, i, vocab, device) for i in range(sets)]
             check = verify_chain(**inputs[0], validate=False)
             ok = int((check.status == 0).sum())

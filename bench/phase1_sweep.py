@@ -53,7 +53,7 @@ import torch
 import triton
 import triton.language as tl
 from launch_split import precompile, time_calls, without  # bench/ is the script's own folder
-from selector_ab import K, make_inputs
+from selector_ab import K, input_sets, make_inputs
 
 from pp3kernels.selector import LaunchPlan, plan_launch, verify_chain
 
@@ -328,7 +328,7 @@ def part_a(batches: tuple[int, ...], vocab: int, device: str, l2: int, cpu: bool
     out = []
     for batch in batches:
         for temps in ("T1", "T0", "half"):
-            sets = 1 if cpu else max(1, -(-2 * l2 // (batch * (K + 1) * vocab * 2)))
+            sets = input_sets(batch, vocab, l2, cpu=cpu)
             inputs = [make_inputs(batch, temps, "point", i, vocab, device) for i in range(sets)]
             plan = plan_launch(batch, K + 1, vocab, interpreter=cpu)
             padded = LaunchPlan(**{**plan.__dict__, "flat_rows": 0})
@@ -356,7 +356,7 @@ def part_b(
     """Check, then time, every config at every batch size (all T1 inputs)."""
     out = []
     for batch in batches:
-        sets = 1 if cpu else max(1, -(-2 * l2 // (batch * (K + 1) * vocab * 2)))
+        sets = input_sets(batch, vocab, l2, cpu=cpu)
         inputs = [make_inputs(batch, "T1", "point", i, vocab, device) for i in range(sets)]
         rows = batch * (K + 1)
         truth = truths(inputs[0]["logits"], inputs[0]["temperature"])
@@ -394,6 +394,22 @@ BASELINES: list[Config] = [
     ({"CHUNK": 2048, "ROWS": 8, "G": 2, "BV": 128, "PF": 0, "MODE": 1}, 4),
     ({"CHUNK": 2048, "ROWS": 8, "G": 2, "BV": 256, "PF": 0, "MODE": 1}, 8),
 ]
+
+
+def _timed(record: dict[str, Any]) -> bool:
+    """Whether a record holds a time (a variant that failed its check or raised has none)."""
+    us = record.get("us")
+    return us is not None and us == us
+
+
+def _cell(records: list[dict[str, Any]], **match: Any) -> str:
+    """The time of the first record whose fields equal ``match`` (TMA records only with
+    TMA=1), as a table cell; "-" if none ran, "nan" if it failed."""
+    match.setdefault("TMA", 0)
+    for r in records:
+        if all(r.get(k, 0 if k == "TMA" else None) == v for k, v in match.items()):
+            return f"{r.get('us', float('nan')):.1f}"
+    return "-"
 
 
 # The load stage's shapes: the selector's from B = 16 on and stage 1's fastest (sixth session).
@@ -436,7 +452,7 @@ def loads_stage(vocab: int, device: str, l2: int, cpu: bool) -> list[dict[str, A
     batches = (4,) if cpu else (64, 256, 1024)
     records = part_b(batches, vocab, device, l2, cpu, configs)
     for batch in batches:
-        sets = 1 if cpu else max(1, -(-2 * l2 // (batch * (K + 1) * vocab * 2)))
+        sets = input_sets(batch, vocab, l2, cpu=cpu)
         inputs = [make_inputs(batch, "T1", "point", i, vocab, device) for i in range(sets)]
         us = time_calls([lambda a=a: torch.amax(a["logits"], dim=-1) for a in inputs], cpu)
         rec = {"B": batch, "torch_amax_us": us, "TBps": batch * (K + 1) * vocab * 2 / us / 1e6}
@@ -448,20 +464,18 @@ def loads_stage(vocab: int, device: str, l2: int, cpu: bool) -> list[dict[str, A
         for mode in (0, 2, 4):
             line = [f"CHUNK={c['CHUNK']} ROWS={c['ROWS']} G={c['G']} BV={c['BV']} w{w} M{mode}"]
             for batch in batches:
-                cells = []
-                for order, cache in itertools.product((0, 1), (0, 1, 2)):
-                    hit = [
-                        r.get("us", float("nan"))
-                        for r in records
-                        if not r.get("TMA")
-                        and r.get("MODE") == mode
-                        and r["B"] == batch
-                        and r.get("ORDER") == order
-                        and r.get("CACHE") == cache
-                        and r.get("ROWS") == c["ROWS"]
-                        and r.get("BV") == c["BV"]
-                    ]
-                    cells.append(f"{hit[0]:.1f}" if hit else "-")
+                cells = [
+                    _cell(
+                        records,
+                        B=batch,
+                        MODE=mode,
+                        ORDER=order,
+                        CACHE=cache,
+                        ROWS=c["ROWS"],
+                        BV=c["BV"],
+                    )
+                    for order, cache in itertools.product((0, 1), (0, 1, 2))
+                ]
                 line.append(f"B{batch}:" + "/".join(cells))
             print(" ".join(line))
     print("== TMA: µs by B, (ORDER, STAGES) = 01 / 02 / 03 / 04 / 11 / 12 / 13 / 14")
@@ -469,19 +483,10 @@ def loads_stage(vocab: int, device: str, l2: int, cpu: bool) -> list[dict[str, A
         for mode in (0, 4):
             line = [f"TMA CHUNK={ch} ROWS={r_} BV=256 w4 M{mode}"]
             for batch in batches:
-                cells = []
-                for order, st in itertools.product((0, 1), (1, 2, 3, 4)):
-                    hit = [
-                        r.get("us", float("nan"))
-                        for r in records
-                        if r.get("TMA")
-                        and r["B"] == batch
-                        and r["MODE"] == mode
-                        and r["ORDER"] == order
-                        and r["STAGES"] == st
-                        and r["ROWS"] == r_
-                    ]
-                    cells.append(f"{hit[0]:.1f}" if hit else "-")
+                cells = [
+                    _cell(records, TMA=1, B=batch, MODE=mode, ORDER=order, STAGES=st, ROWS=r_)
+                    for order, st in itertools.product((0, 1), (1, 2, 3, 4))
+                ]
                 line.append(f"B{batch}:" + "/".join(cells))
             print(" ".join(line))
     amax = [f"B{r['B']} {r['torch_amax_us']:.1f}" for r in records if "torch_amax_us" in r]
@@ -541,9 +546,7 @@ def main() -> int:
         if not cpu:
             precompile(_compile, stage1)
         b1 = part_b((4,) if cpu else (64,), vocab, device, l2, cpu, stage1)
-        ranked = sorted(
-            (r for r in b1 if r.get("us", float("nan")) == r.get("us")), key=lambda r: r["us"]
-        )
+        ranked = sorted((r for r in b1 if _timed(r)), key=lambda r: r["us"])
         # Stage 2: the fastest shapes and the selector's own, every mode, every batch size.
         carried = [({k: r[k] for k in KEYS}, r["warps"]) for r in ranked[: args.best]]
         carried += [({k: c[k] for k in KEYS}, w) for c, w in BASELINES]
@@ -572,17 +575,10 @@ def main() -> int:
         for c, w in carried:
             line = [f"{k}={c[k]}" for k in KEYS] + [f"w{w}"]
             for batch in batches:
-                cells = []
-                for mode in (0, 1, 2, 4):
-                    hit = [
-                        x.get("us", float("nan"))
-                        for x in report["B2"]
-                        if x["B"] == batch
-                        and x["MODE"] == mode
-                        and x["warps"] == w
-                        and all(x[k] == c[k] for k in KEYS)
-                    ]
-                    cells.append(f"{hit[0]:.1f}" if hit else "-")
+                cells = [
+                    _cell(report["B2"], B=batch, MODE=mode, warps=w, **{k: c[k] for k in KEYS})
+                    for mode in (0, 1, 2, 4)
+                ]
                 line.append(f"B{batch}:" + "/".join(cells))
             print(" ".join(line))
     if "A" in report:

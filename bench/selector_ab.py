@@ -67,6 +67,12 @@ def cases(cpu: bool, only: list[str] | None = None) -> list[tuple[str, int, str,
     return [c for c in out if not only or any(word in c[0] for word in only)]
 
 
+def input_sets(batch: int, vocab: int, l2_bytes: int, *, cpu: bool) -> int:
+    """Input sets of a case's bf16 logits [B, K+1, V] so that the timed calls, rotating
+    through them, read >= 2 x L2 bytes (so they miss the cache); 1 in the interpreter."""
+    return 1 if cpu else max(1, -(-2 * l2_bytes // (batch * (K + 1) * vocab * 2)))
+
+
 def support_of(q: str) -> int:
     """S, the q slots of a case's q form ("point": 1, "sparseS": S, "dense": 1)."""
     return int(q.removeprefix("sparse")) if q.startswith("sparse") else 1
@@ -163,8 +169,7 @@ def worker(cpu: bool, result_path: str, only: list[str] | None) -> None:
     l2 = 60 << 20 if cpu else torch.cuda.get_device_properties(0).L2_cache_size
     report: dict[str, Any] = {"package": str(Path(pp3kernels.__file__).parent), "cases": {}}
     for name, batch, temps, q in cases(cpu, only):
-        set_bytes = batch * (K + 1) * vocab * 2
-        sets = 1 if cpu else max(1, -(-2 * l2 // set_bytes))
+        sets = input_sets(batch, vocab, l2, cpu=cpu)
         inputs = [make_inputs(batch, temps, q, i, vocab, device) for i in range(sets)]
         outputs = [verify_chain(**args, validate=False) for args in inputs]
         calls = [lambda args=args: verify_chain(**args, validate=False) for args in inputs]

@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 from launch_split import precompile, time_calls, without  # bench/ is the script's own folder
-from selector_ab import K, case_plan, make_inputs
+from selector_ab import case_plan, input_sets, make_inputs
 
 from pp3kernels.selector import LaunchPlan, verify_chain
 
@@ -138,7 +138,7 @@ def main() -> int:
         precompile(_compile, work)
     records: list[dict[str, Any]] = []
     for name, batch, temps, q in selected:
-        sets = 1 if args.cpu else max(1, -(-2 * l2 // (batch * (K + 1) * vocab * 2)))
+        sets = input_sets(batch, vocab, l2, cpu=args.cpu)
         inputs = [make_inputs(batch, temps, q, i, vocab, device) for i in range(sets)]
         rec: dict[str, Any] = {"case": name, "sets": sets}
         default_calls = [lambda a=a: verify_chain(**a, validate=False) for a in inputs]
