@@ -100,6 +100,10 @@ _NUM_WARPS = 4  # interpreter and small-vocabulary plans (both phases)
 _FINISH_WARPS = 8
 _FINISH_WARPS_WIDE_SUPPORT = 16
 _WIDE_SUPPORT_SLOTS = 2048
+# Dense q below _LARGE_BATCH: 2 warps (B4: 32.2 -> 25.5 us in the small-batch plan sweep,
+# 1 warp 27.9, 4 warps 50.6; bench/NOTES.md, ninth session); its finish then compiles to 56
+# block barriers instead of 85, and its rescan no longer spills.
+_FINISH_WARPS_DENSE_SMALL_BATCH = 2
 # Phase 2 pads its chunk axis to a power of two of at least 8: Triton 3.6 fails to lower the
 # fp64 cumulative sum over that axis on sm_90 when it is too short (a ScanOpToLLVM assertion
 # seen on the H200 below 8; a one-wide axis does not even compile). The q-slot axis is
@@ -217,6 +221,8 @@ def plan_launch(
     # tile as one request's rows padded to R, without the padding rows (K = 5: 6 of 8).
     wide = slot_axis(support) >= _WIDE_SUPPORT_SLOTS
     finish_warps = _FINISH_WARPS_WIDE_SUPPORT if wide else _FINISH_WARPS
+    if dense and batch < _LARGE_BATCH:
+        finish_warps = _FINISH_WARPS_DENSE_SMALL_BATCH
     # The draw reads a 2048-token chunk as one tile, once (jit/chain.py, _one_tile_draw);
     # dense q keeps 1024-token tiles (its rescan and draw ran 3x slower with 2048: NOTES,
     # "phase 2 by launch shape"), and chunks grown past 2048 walk tiles of 1024.

@@ -1333,6 +1333,18 @@ def test_phase2_warps_grow_with_a_wide_support(support: int, warps: int) -> None
     assert plan_launch(4, 6, 129_280, interpreter=True, support=support).finish_warps == 4
 
 
+@pytest.mark.parametrize(("batch", "warps"), [(1, 2), (4, 2), (15, 2), (16, 8), (64, 8)])
+def test_dense_q_finishes_in_two_warps_below_the_large_batch(batch: int, warps: int) -> None:
+    """Dense q's phase 2 runs at 2 warps below 16 requests (bench/NOTES.md, the small-batch
+    plan sweep: B4 32.2 -> 25.5 us) and at 8 from there; point drafts and sparse q keep
+    theirs, and the small-vocabulary and interpreter plans keep 4."""
+    assert plan_launch(batch, 6, 129_280, interpreter=False, dense=True).finish_warps == warps
+    assert plan_launch(batch, 6, 129_280, interpreter=False).finish_warps == 8
+    assert plan_launch(batch, 6, 129_280, interpreter=False, support=4096).finish_warps == 16
+    assert plan_launch(batch, 6, 1000, interpreter=False, dense=True).finish_warps == 4
+    assert plan_launch(batch, 6, 129_280, interpreter=True, dense=True).finish_warps == 4
+
+
 def test_launches_overlap_on_the_large_vocabulary_gpu_plans_only() -> None:
     """Programmatic dependent launch is planned where it was measured to help (the
     large-vocabulary GPU plans of point drafts and dense q, support 1; bench/NOTES.md steps 8
