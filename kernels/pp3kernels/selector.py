@@ -162,7 +162,7 @@ def _tile_elements_per_request(r: int, block_v: int, support: int, nsplit: int) 
     Phase 1: [R, _GROUPS, block_v]. Phase 2: the partials [R, NSPLIT_P2]; sparse q's slots
     [R, S_P2] (in tiles of MAX_SLOT_TILE slots above that) and, for S_P2 <= 16, the
     pairwise duplicate check [R, S_P2, S_P2]; the
-    support's chunk membership [S_P2, NSPLIT_P2] (or [S_P2], chunk by chunk, above
+    support's chunk membership [S_P2, NSPLIT_P2] (or [S_P2] tiles, four chunks at a time, above
     MAX_MEMBERSHIP_TILE); the draw tiles [block_f = block_v].
     """
     s_p2 = slot_axis(support)

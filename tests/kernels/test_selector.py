@@ -477,7 +477,7 @@ def test_flat_rows_must_be_a_power_of_two() -> None:
 
 def test_split_plan_wide_support_in_every_chunk_equals_reference() -> None:
     """A 600-token support over five chunks of 400 tokens: the finish kernel sums the
-    support's corrections chunk by chunk ([S_P2] tiles, S_P2 * NSPLIT_P2 > 4096) and applies
+    support's corrections four chunks at a time (S_P2 * NSPLIT_P2 > 4096) and applies
     the residual to each drawn tile through the scratch row; same bits as the default plan
     and the reference, and every request stops on a sampled row at least once."""
     args = _make(batch=8, drafts=3, vocab=2000, seed=7, support=600, greedy_share=0.0)
@@ -1295,7 +1295,7 @@ def test_gpu_split_plans_agree_with_reference(q: str, support: int, drafts: int)
     each drawn in one tile, dense q's in 1024-token tiles; the small-batch tile shape), run in
     the interpreter on six mixed
     requests with K = 3 (rows = R = 4) or K = 5 (6 rows, R = 8): same bits as the reference.
-    S = 600 takes the chunk-by-chunk membership, the acceptance's slot tiles and the
+    S = 600 takes the four-chunks-at-a-time membership, the acceptance's slot tiles and the
     scratch-row draw; dense q the rescan launch."""
     vocab = 4100
     args = _make(batch=6, drafts=drafts, vocab=vocab, seed=support + drafts, q=q, support=support)

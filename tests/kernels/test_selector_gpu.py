@@ -284,7 +284,7 @@ def test_overlapped_launches_give_the_same_bits(batch: int, q: str) -> None:
 @pytest.mark.parametrize(("batch", "support"), [(4, 8), (4, 64), (64, 1024), (4, 4096)])
 def test_wide_support_agrees_with_reference_at_full_vocabulary(batch: int, support: int) -> None:
     """Sparse q past 4 slots draws through the scratch row (``_scatter_residuals``), and
-    past S_P2 * 64 splits = 4096 sums the support's corrections chunk by chunk: K = 5,
+    past S_P2 * 64 splits = 4096 sums the support's corrections four chunks at a time: K = 5,
     1024 mixed requests per case, the same agreement rule as above."""
     _assert_agreement(
         batch=batch, drafts=5, q="sparse", requests=1024, seed=7 * support + batch, support=support

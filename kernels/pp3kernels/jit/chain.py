@@ -663,6 +663,21 @@ def _chunk_masses(p_max, p_sum, at_stop, stop_max, inv_tau):
 
 
 @triton.jit
+def _add_eight(a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3, b4, b5, b6, b7):
+    """tl.reduce's combine for eight sums in one reduction: elementwise a + b."""
+    return a0 + b0, a1 + b1, a2 + b2, a3 + b3, a4 + b4, a5 + b5, a6 + b6, a7 + b7
+
+
+@triton.jit
+def _place_four(per_chunk, splits, c0, v0, v1, v2, v3):
+    """``per_chunk`` ([BLOCK_B, NSPLIT_P2]) with columns c0 .. c0 + 3 set to v0 .. v3."""
+    per_chunk = tl.where(splits[None, :] == c0, v0[:, None], per_chunk)
+    per_chunk = tl.where(splits[None, :] == c0 + 1, v1[:, None], per_chunk)
+    per_chunk = tl.where(splits[None, :] == c0 + 2, v2[:, None], per_chunk)
+    return tl.where(splits[None, :] == c0 + 3, v3[:, None], per_chunk)
+
+
+@triton.jit
 def _support_corrections(
     row,
     q,
@@ -706,15 +721,31 @@ def _support_corrections(
         in_c = s_chunk[:, :, None] == splits[None, None, :]
         sup_e = tl.sum(tl.where(in_c, s_e[:, :, None], 0.0).to(tl.float64), axis=1)
         sup_r = tl.sum(tl.where(in_c, s_r[:, :, None], 0.0).to(tl.float64), axis=1)
-    else:  # chunk by chunk, one [S_P2] tile each
+    else:  # four chunks at a time: their eight [S_P2] sums in one reduction
         sup_e = tl.zeros([BLOCK_B, NSPLIT_P2], dtype=tl.float64)
         sup_r = tl.zeros([BLOCK_B, NSPLIT_P2], dtype=tl.float64)
-        for c in range(NSPLIT_P2):
-            in_c = s_chunk == c
-            col_e = tl.sum(tl.where(in_c, s_e, 0.0).to(tl.float64), axis=1)
-            col_r = tl.sum(tl.where(in_c, s_r, 0.0).to(tl.float64), axis=1)
-            sup_e = tl.where(splits[None, :] == c, col_e[:, None], sup_e)
-            sup_r = tl.where(splits[None, :] == c, col_r[:, None], sup_r)
+        # r_s <= e_s for every term (q_s s >= 0; a request whose logits hold a NaN or +inf
+        # is not in ``resid``), so this select changes nothing but the chunk ids' register
+        # layout, once, to the terms': without it every mask of the loop is converted, a
+        # shared-memory round trip with two block barriers each (bench/compile_sm90.py).
+        s_chunk = tl.where(s_r <= s_e, s_chunk, -1)
+        for c0 in range(0, NSPLIT_P2, 4):  # NSPLIT_P2 is a power of two >= 8
+            e0, e1, e2, e3, r0, r1, r2, r3 = tl.reduce(
+                (
+                    tl.where(s_chunk == c0, s_e, 0.0).to(tl.float64),
+                    tl.where(s_chunk == c0 + 1, s_e, 0.0).to(tl.float64),
+                    tl.where(s_chunk == c0 + 2, s_e, 0.0).to(tl.float64),
+                    tl.where(s_chunk == c0 + 3, s_e, 0.0).to(tl.float64),
+                    tl.where(s_chunk == c0, s_r, 0.0).to(tl.float64),
+                    tl.where(s_chunk == c0 + 1, s_r, 0.0).to(tl.float64),
+                    tl.where(s_chunk == c0 + 2, s_r, 0.0).to(tl.float64),
+                    tl.where(s_chunk == c0 + 3, s_r, 0.0).to(tl.float64),
+                ),
+                1,
+                _add_eight,
+            )
+            sup_e = _place_four(sup_e, splits, c0, e0, e1, e2, e3)
+            sup_r = _place_four(sup_r, splits, c0, r0, r1, r2, r3)
     dirty = sup_e > 0.0
     remainder = full_mass - sup_e
     mass = tl.where(dirty, tl.maximum(remainder, 0.0) + sup_r, full_mass)
