@@ -79,13 +79,15 @@ def support_of(q: str) -> int:
 
 
 def case_plan(batch: int, q: str, vocab: int, *, cpu: bool) -> Any:
-    """The LaunchPlan that verify_chain picks for a case of q form ``q`` (plan_launch with
-    its support and whether q is dense): where the plan sweeps start. Imported here, not at
-    the top: the A/B workers each import their own pp3kernels."""
-    from pp3kernels.selector import plan_launch
+    """The LaunchPlan that verify_chain picks for a case of q form ``q``: the probe's
+    ``case_launch_plan``, which imports ``pp3kernels`` when called (the A/B workers each put
+    their own first on the path). Where the plan sweeps start."""
+    from pp3cli.timing.cases import ProbeCase
+    from pp3cli.timing.probe import case_launch_plan
 
-    support = support_of(q)
-    return plan_launch(batch, K + 1, vocab, interpreter=cpu, support=support, dense=q == "dense")
+    draft = "sparse" if q.startswith("sparse") else q
+    case = ProbeCase(batch, K, vocab, "bfloat16", draft, 0, support_of(q))
+    return case_launch_plan(case, interpreter=cpu)
 
 
 def make_inputs(batch: int, temps: str, q: str, index: int, vocab: int, device: str) -> Any:

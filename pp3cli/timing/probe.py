@@ -69,6 +69,8 @@ from pp3cli.timing.summary import all_checks_passed, case_ratios, median_or_none
 if TYPE_CHECKING:
     import torch
 
+    from pp3kernels.selector import LaunchPlan
+
 
 def run_probe(
     config: ProbeConfig,
@@ -205,23 +207,31 @@ def probe_on_cuda(
     return data
 
 
+def case_launch_plan(case: ProbeCase, *, interpreter: bool = False) -> LaunchPlan:
+    """The ``LaunchPlan`` that ``verify_chain`` picks for ``case``'s inputs: ``plan_launch``
+    given q's slots S for sparse drafts (1 otherwise) and whether q is dense. Imported when
+    called, so that a caller that put another ``pp3kernels`` first on the path (the bench's
+    A/B workers) gets that package's plan."""
+    from pp3kernels import plan_launch
+
+    return plan_launch(
+        case.batch,
+        case.depth + 1,
+        case.vocab,
+        interpreter=interpreter,
+        support=case.support if case.draft == "sparse" else 1,
+        dense=case.draft == "dense",
+    )
+
+
 def selector_plan(case: ProbeCase, device: torch.device | None = None) -> dict[str, int | bool]:
     """The launch shape ``pp3kernels.plan_launch`` picks for ``case`` on a GPU (recorded per
     case, so that a receipt says which measured plan produced its times). Given the
     ``device`` the case ran on, ``overlap`` says whether the launches did overlap there
     (``pp3kernels.selector.overlaps``: sm_90 and up), not only whether the plan asks to."""
-    from pp3kernels import plan_launch
     from pp3kernels.selector import overlaps
 
-    support = case.support if case.draft == "sparse" else 1
-    plan = plan_launch(
-        case.batch,
-        case.depth + 1,
-        case.vocab,
-        interpreter=False,
-        support=support,
-        dense=case.draft == "dense",
-    )
+    plan = case_launch_plan(case)
     shape: dict[str, int | bool] = asdict(plan)
     if device is not None:
         shape["overlap"] = overlaps(plan, device)
