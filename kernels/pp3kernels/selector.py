@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import torch
 import triton
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from pp3kernels.contract import NO_TOKEN, check_denominator
 from pp3kernels.interface import ChainInputs, ChainResult
@@ -132,6 +133,9 @@ class LaunchPlan:
     (honoured on CUDA devices of compute capability 9.0 and up, ignored elsewhere), the
     phase-2 launches are programmatic dependent launches: their programs start while phase
     1 runs, read the inputs that do not depend on it, then wait for it (griddepcontrol).
+    With tma (flat_rows plans; honoured where ``reads_by_tma`` says the device and the
+    logits' layout allow it), phase 1 reads its whole chunks as [flat_rows, groups,
+    block_v] boxes of the tensor memory accelerator instead of pointer loads.
     """
 
     block_b: int
@@ -144,6 +148,7 @@ class LaunchPlan:
     groups: int = 2  # tiles per phase-1 step of a sampled-only program
     finish_warps: int = 4  # warps of the phase-2 launches (rescan and finish)
     overlap: bool = False  # phase 2 starts during phase 1 (programmatic dependent launch)
+    tma: bool = False  # phase 1 reads whole chunks through the tensor memory accelerator
 
 
 def slot_axis(support: int) -> int:
@@ -240,6 +245,9 @@ def plan_launch(
         # Overlapped launches for point drafts and dense q only: sparse q of more slots
         # finishes faster with the partials read first (bench/NOTES.md, step 8b).
         overlap=support == 1,
+        # TMA boxes: the max-only pass read at 0.93x the copy floor at B1024 against
+        # 1.1-1.2x with pointer loads (bench/NOTES.md, eleventh session).
+        tma=True,
     )
 
 
@@ -252,13 +260,63 @@ def overlaps(plan: LaunchPlan, device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device)[0] >= 9
 
 
+# The tensor memory accelerator: global strides and the base address in multiples of 16
+# bytes, box dimensions of at most 256 elements (CUDA's cuTensorMapEncodeTiled).
+_TMA_ALIGN = 16
+_TMA_MAX_BOX = 256
+
+
+def reads_by_tma(plan: LaunchPlan, logits: torch.Tensor) -> bool:
+    """Whether phase 1 reads ``logits`` [B, K+1, V] through TMA boxes under ``plan``: the
+    plan asks for it with flat rows; Triton's interpreter, or a CUDA device of compute
+    capability 9.0 or more; the rows flatten to [B (K+1), V] (unit token stride, batch
+    stride (K+1) times the row stride, or one request), the row stride and the base address
+    are multiples of 16 bytes, a box row of block_v tokens is too, and there is at least
+    one whole chunk. Anything else (broadcast views, odd strides, V below one chunk) is read
+    with pointer loads, with the same results."""
+    if not plan.tma or not plan.flat_rows:
+        return False
+    on_gpu = logits.device.type == "cuda" and not is_interpreter()
+    if on_gpu and torch.cuda.get_device_capability(logits.device)[0] < 9:
+        return False
+    if not on_gpu and not is_interpreter():
+        return False
+    batch, rows, vocab = logits.shape
+    size = logits.element_size()
+    stride_b, stride_k, stride_v = logits.stride()
+    return (
+        stride_v == 1
+        and (batch == 1 or stride_b == rows * stride_k)
+        and (stride_k * size) % _TMA_ALIGN == 0
+        and logits.data_ptr() % _TMA_ALIGN == 0
+        and (plan.block_v * size) % _TMA_ALIGN == 0
+        and max(plan.flat_rows, plan.groups, plan.block_v) <= _TMA_MAX_BOX
+        and vocab >= plan.chunk
+    )
+
+
+def tma_descriptor(plan: LaunchPlan, logits: torch.Tensor) -> TensorDescriptor:
+    """The logits as a [V_whole / block_v, B (K+1), block_v] tensor (token blocks outermost:
+    strides block_v, the row stride, 1) for TMA boxes of [groups, flat_rows, block_v]
+    (V_whole: the tokens of the whole chunks, a multiple of the chunk and so of groups *
+    block_v); ``reads_by_tma`` must hold."""
+    batch, rows, vocab = logits.shape
+    whole = vocab // plan.chunk * plan.chunk
+    return TensorDescriptor(
+        logits,
+        [whole // plan.block_v, batch * rows, plan.block_v],
+        [plan.block_v, logits.stride(1), 1],
+        [plan.groups, plan.flat_rows, plan.block_v],
+    )
+
+
 def launch_constants(
-    plan: LaunchPlan, rows: int, q_mode: int, support: int, *, overlap: bool
+    plan: LaunchPlan, rows: int, q_mode: int, support: int, *, overlap: bool, tma: bool = False
 ) -> tuple[dict[str, int | bool], dict[str, int | bool]]:
     """The compile-time arguments of phase 1's launch and of the phase-2 launches (rescan
     and finish), in that order, for ``rows`` = K+1 rows per request; ``support`` is S for
-    sparse q, else 1. verify_chain launches with them; bench/compile_sm90.py compiles with
-    them."""
+    sparse q, else 1; ``tma``: phase 1 reads through a descriptor (``reads_by_tma``).
+    verify_chain launches with them; bench/compile_sm90.py compiles with them."""
     r = int(triton.next_power_of_2(rows))
     shape: dict[str, int | bool] = {"K": rows - 1, "R": r, "BLOCK_B": plan.block_b}
     stats: dict[str, int | bool] = {
@@ -268,6 +326,7 @@ def launch_constants(
         "FLAT": bool(plan.flat_rows),
         "GROUPS": plan.groups,
         "OVERLAP": overlap,
+        "TMA": tma,
     }
     phase2: dict[str, int | bool] = {
         **shape,
@@ -392,7 +451,10 @@ def verify_chain(
     )
     split = (batch, vocab, plan.chunk, plan.nsplit)
     overlap = overlaps(plan, device)
-    stats_meta, phase2_meta = launch_constants(plan, rows, q_mode, support, overlap=overlap)
+    tma = reads_by_tma(plan, logits)
+    stats_meta, phase2_meta = launch_constants(
+        plan, rows, q_mode, support, overlap=overlap, tma=tma
+    )
 
     # Sparse q past MAX_LOOPED_SLOTS slots draws through one row of block_f floats per
     # request (jit/chain.py, _scatter_residuals); otherwise a placeholder pointer, never read.
@@ -417,6 +479,7 @@ def verify_chain(
         temperature,
         *partials,
         *split,
+        tma_descriptor(plan, logits) if tma else None,
         **stats_meta,
         num_warps=plan.num_warps,
     )
@@ -459,5 +522,6 @@ __all__ = [
     "launch_constants",
     "overlaps",
     "plan_launch",
+    "reads_by_tma",
     "verify_chain",
 ]

@@ -55,7 +55,7 @@ from pp3cli.timing.cases import (
     floor_us,
     input_set_count,
 )
-from pp3cli.timing.comparators import Comparator, load_comparators, make_inputs
+from pp3cli.timing.comparators import DTYPES, Comparator, load_comparators, make_inputs
 from pp3cli.timing.measure import (
     Capture,
     copy_bandwidth,
@@ -228,11 +228,18 @@ def selector_plan(case: ProbeCase, device: torch.device | None = None) -> dict[s
     """The launch shape ``pp3kernels.plan_launch`` picks for ``case`` on a GPU (recorded per
     case, so that a receipt says which measured plan produced its times). Given the
     ``device`` the case ran on, ``overlap`` says whether the launches did overlap there
-    (``pp3kernels.selector.overlaps``: sm_90 and up), not only whether the plan asks to."""
-    from pp3kernels.selector import overlaps
+    (``pp3kernels.selector.overlaps``: sm_90 and up) and ``tma`` whether phase 1 read
+    through TMA boxes there (``pp3kernels.selector.reads_by_tma``, for the probe's
+    contiguous logits: one request of the case's shape decides it), not only whether the
+    plan asks to."""
+    from pp3kernels.selector import overlaps, reads_by_tma
 
     plan = case_launch_plan(case)
     shape: dict[str, int | bool] = asdict(plan)
     if device is not None:
+        import torch
+
         shape["overlap"] = overlaps(plan, device)
+        one = torch.empty((1, case.depth + 1, case.vocab), dtype=DTYPES[case.dtype], device=device)
+        shape["tma"] = reads_by_tma(plan, one)
     return shape

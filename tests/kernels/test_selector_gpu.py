@@ -32,7 +32,7 @@ from pp3kernels.philox import (
 )
 from pp3kernels.reference import reference_verify_chain
 from pp3kernels.runtime import is_interpreter
-from pp3kernels.selector import LaunchPlan, plan_launch, verify_chain
+from pp3kernels.selector import LaunchPlan, plan_launch, reads_by_tma, verify_chain
 from pp3kernels.validate import validate_chain_inputs
 
 pytestmark = [
@@ -281,6 +281,38 @@ def test_overlapped_launches_give_the_same_bits(batch: int, q: str) -> None:
             assert torch.equal(got.status, want.status)
 
 
+@pytest.mark.parametrize(
+    ("batch", "q", "greedy"),
+    [
+        (1, "point", None),
+        (4, "dense", 1.0),
+        (16, "point", 0.0),
+        (64, "sparse", 1.0),
+        (256, "point", None),
+    ],
+)
+def test_tma_boxes_give_the_pointer_loads_bits(batch: int, q: str, greedy: float | None) -> None:
+    """Phase 1 through TMA boxes (LaunchPlan.tma, sm_90+) equals the same plan with pointer
+    loads bit for bit, on mixed, all-greedy and all-sampled batches (``greedy``: the T0
+    share forced, None: the generator's quarter), and is what the plan takes on this
+    device. Greedy-only blocks find each row's first argmax by reading one step again."""
+    support = 64 if q == "sparse" else 1
+    args = _make_large(
+        batch=batch, drafts=5, vocab=VOCAB, seed=53 * batch, q=q, device=DEVICE, support=support
+    )
+    if greedy == 1.0:
+        args["temperature"] = torch.zeros_like(args["temperature"])
+    elif greedy == 0.0:
+        args["temperature"] = args["temperature"].clamp(min=0.3)
+    base = plan_launch(batch, 6, VOCAB, interpreter=False, support=support, dense=q == "dense")
+    assert base.tma and reads_by_tma(base, args["logits"])
+    got = verify_chain(**args, validate=False, plan=base)
+    want = verify_chain(**args, validate=False, plan=replace(base, tma=False))
+    assert torch.equal(got.tokens, want.tokens)
+    assert torch.equal(got.accepted, want.accepted)
+    assert torch.equal(got.status, want.status)
+
+
 @pytest.mark.parametrize(("batch", "support"), [(4, 8), (4, 64), (64, 1024), (4, 4096)])
 def test_wide_support_agrees_with_reference_at_full_vocabulary(batch: int, support: int) -> None:
     """Sparse q past 4 slots draws through the scratch row (``_scatter_residuals``), and
@@ -398,16 +430,22 @@ def test_philox_counter_layout_in_the_kernel_at_large_vocabulary() -> None:
     _uniform_layout(1 << 17, DEVICE)
 
 
-def _statuses(vocab: int, device: str) -> None:
+def _statuses(vocab: int, device: str, *, all_greedy: bool = False) -> None:
+    """NaN, +inf and all -inf rows in a whole split (TMA boxes on sm_90+) and in the
+    partial last one; with ``all_greedy`` every request is T0, so that phase 1's blocks are
+    greedy-only (their step maxima ignore NaN on the GPU, where Triton's interpreter, with
+    numpy's maximum, propagates it: the NaN test must flag the row either way)."""
     args = _make_large(batch=8, drafts=3, vocab=vocab, seed=17, q="sparse", device=device)
+    if all_greedy:
+        args["temperature"] = torch.zeros_like(args["temperature"])
     clean = reference_verify_chain(**args)
     logits = args["logits"].clone()
     last = vocab - 1
-    logits[0, 3, last] = float("nan")  # bonus row, last token, last split
+    logits[0, 3, vocab // 3] = float("nan")  # bonus row, a whole split (TMA boxes on sm_90)
     logits[1, 1, vocab // 2] = float("inf")
     logits[2, 2, :] = NEG
     logits[3, 0, 0] = float("inf")
-    logits[3, 2, last] = float("nan")  # NaN is checked before +inf
+    logits[3, 2, last] = float("nan")  # NaN is checked before +inf; the partial last split
     logits[4, 0, :] = NEG
     logits[4, 3, 1] = float("inf")  # +inf is checked before all -inf
     logits[5] = NEG
@@ -428,8 +466,9 @@ def _statuses(vocab: int, device: str) -> None:
     assert torch.equal(got.accepted[6:], clean.accepted[6:])
 
 
-def test_statuses_at_full_vocabulary() -> None:
-    _statuses(VOCAB, DEVICE)
+@pytest.mark.parametrize("all_greedy", [False, True], ids=["mixed", "greedy-only"])
+def test_statuses_at_full_vocabulary(all_greedy: bool) -> None:
+    _statuses(VOCAB, DEVICE, all_greedy=all_greedy)
 
 
 def _pooled_g_test(observed: torch.Tensor, p: torch.Tensor) -> float:

@@ -27,6 +27,7 @@ from pp3cli.timing import measure, probe
 from pp3cli.timing import summary as probe_summary
 from pp3cli.timing.comparators import ProbeInputs
 from pp3kernels import ChainInputs
+from pp3kernels.runtime import is_interpreter
 
 
 class FakeResult(NamedTuple):
@@ -367,8 +368,15 @@ def test_each_case_names_the_selector_plan_it_was_timed_with() -> None:
         "groups": 2,
         "finish_warps": 8,
         "overlap": True,
+        "tma": True,
     }
     assert (large["block_v"], large["num_warps"], large["groups"]) == (128, 4, 4)
+    # Given the device, what a call did there: on the CPU no overlap, and TMA boxes only in
+    # Triton's interpreter (which runs that path too).
+    cpu = probe.selector_plan(
+        probe_cases.ProbeCase(4, 5, 129280, "bf16", "point", 0, 64), torch.device("cpu")
+    )
+    assert cpu["overlap"] is False and cpu["tma"] is is_interpreter()
 
 
 def test_require_vllm_refuses_without_an_overlay() -> None:

@@ -6,10 +6,13 @@ streams one chunk of the vocabulary for a block of rows at once (on the GPU's la
 plans BLOCK_R consecutive rows of the flat B (K+1) rows, FLAT; otherwise the K+1 rows of
 BLOCK_B requests, padded to R = K+1 rounded up to a power of two) and keeps *per-lane*
 running statistics, reduced across lanes once per row and written as the chunk's partials.
-Programs holding sampled rows load GROUPS tiles a step and fold them into each lane with
-one rescale (max m, sum of exp2((l - m) log2(e)/tau), one exponential per element; a NaN
-shows as a NaN lane sum), plus the first argmax where the block also holds greedy rows;
-greedy-only programs keep max, first argmax and a NaN test per element, no exponentials.
+Every program loads GROUPS tiles a step. Programs holding sampled rows fold them into each
+lane with one rescale (max m, sum of exp2((l - m) log2(e)/tau), one exponential per
+element; a NaN shows as a NaN lane sum), plus the first argmax where the block also holds
+greedy rows; greedy-only programs keep per lane the max over the groups, a NaN flag and
+the step that first raised the max, and read one step again at the end for each row's
+first argmax (``_greedy_row_argmax``). On sm_90+ the whole chunks of rows that flatten to
+[B (K+1), V] come in as TMA boxes (``_step_tile``), the rest through pointer loads.
 
 Phase 2, ``chain_finish_kernel`` (one program per request block):
 
@@ -93,6 +96,10 @@ _FLAG_POSINF = tl.constexpr(2)
 
 # log2(e): phase 1's sampled-only update takes exp2 of (x - m) log2(e) / tau.
 _LOG2E = tl.constexpr(1.4426950408889634)
+# Phase 1's TMA boxes in flight per program (the chunk loop software-pipelined this deep;
+# pointer loads are not: pipelining them lost 6-9% at B >= 64, bench/NOTES.md step 7). The
+# stand-alone TMA sweep (eleventh session): 3 stages 354 µs at B1024 against 366 for 1.
+_TMA_STAGES = tl.constexpr(3)
 
 # Cancellation guard of the residual chunk masses: 2^-18 = 64 u, u = 2^-24 the fp32 unit
 # roundoff. A chunk mass M from the partials is an fp32 value: each of its terms passes
@@ -166,30 +173,33 @@ def _first_argmax(part_max, part_arg, m, AXIS: tl.constexpr):
 
 
 @triton.jit
-def _load_tile(logits_ptr, row_off, offs_v, mask_r, chunk_end, stride_lv):
-    """One [rows, BLOCK_V] tile of logits as fp32; -inf outside the chunk and masked rows."""
-    mask = mask_r[:, None] & (offs_v < chunk_end)[None, :]
-    ptrs = logits_ptr + row_off[:, None] + offs_v[None, :].to(tl.int64) * stride_lv
-    return tl.load(ptrs, mask=mask, other=float("-inf")).to(tl.float32)
-
-
-@triton.jit
-def _greedy_update(x, offs_v, run_max, run_arg, run_nan):
-    """Per-lane running max and its first index (strict >: the lowest id wins ties)."""
-    run_nan = run_nan | (x != x)
-    gt = x > run_max
-    run_arg = tl.where(gt, offs_v[None, :], run_arg)
-    run_max = tl.where(gt, x, run_max)
-    return run_max, run_arg, run_nan
-
-
-@triton.jit
 def _load_groups(logits_ptr, row_off, offs_g, mask_r, chunk_end, stride_lv):
-    """One [rows, GROUPS, BLOCK_V] tile of logits as fp32 (``offs_g``: [1, GROUPS, BLOCK_V]
-    token ids); -inf outside the chunk and in masked rows."""
+    """One [rows, GROUPS, BLOCK_V] tile of logits in their own dtype (``offs_g``:
+    [1, GROUPS, BLOCK_V] token ids); -inf outside the chunk and in masked rows."""
     mask = mask_r[:, None, None] & (offs_g < chunk_end)
     ptrs = logits_ptr + row_off[:, None, None] + offs_g.to(tl.int64) * stride_lv
-    return tl.load(ptrs, mask=mask, other=float("-inf")).to(tl.float32)
+    return tl.load(ptrs, mask=mask, other=float("-inf"))
+
+
+@triton.jit
+def _step_tile(source, step_start, BLOCK_V: tl.constexpr, FROM_DESC: tl.constexpr):
+    """The [rows, GROUPS, BLOCK_V] tile of one phase-1 step (tokens step_start + offs_g) in
+    the logits' dtype, ``source`` = (logits_desc, flat0, logits_ptr, row_off, offs_g,
+    mask_r, chunk_end, stride_lv): with FROM_DESC one box of the tensor memory accelerator
+    (``logits_desc``: the logits as [V_whole / BLOCK_V, flat rows, BLOCK_V], the box at
+    token block step_start / BLOCK_V and flat row ``flat0``; only whole chunks are read
+    this way, so no token past the chunk is in the box, and rows past the batch read as 0
+    and are never stored), else pointer loads (-inf outside the chunk and in masked
+    rows)."""
+    logits_desc, flat0, logits_ptr, row_off, offs_g, mask_r, chunk_end, stride_lv = source
+    if FROM_DESC:
+        # The box is [GROUPS, rows, BLOCK_V] (groups outermost), so that its default register
+        # layout, permuted, is the pointer tile's: each thread holds its tokens of every
+        # group, and the reductions over the groups stay within threads.
+        x = tl.permute(logits_desc.load([step_start // BLOCK_V, flat0, 0]), (1, 0, 2))
+    else:
+        x = _load_groups(logits_ptr, row_off, step_start + offs_g, mask_r, chunk_end, stride_lv)
+    return x
 
 
 @triton.jit
@@ -235,6 +245,112 @@ def _sampled_group_update(x, tile_max, run_max, run_sum, scale):
     return new_max, run_sum
 
 
+@triton.jit
+def _chunk_statistics(
+    logits_desc,
+    flat0,
+    logits_ptr,
+    row_off,
+    chunk_start,
+    chunk_end,
+    stride_lv,
+    mask_r,
+    inv_tau_r,
+    any_t1,
+    any_t0,
+    CHUNK: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    GROUPS: tl.constexpr,
+    FROM_DESC: tl.constexpr,
+    STAGES: tl.constexpr,
+):
+    """Per-lane statistics of one chunk for BLOCK_R rows: (run_max, run_sum, run_arg,
+    run_nan), each [BLOCK_R, BLOCK_V]; GROUPS tiles a step (``_step_tile``).
+
+    Sampled rows: folded into each lane with one rescale and no NaN test per element (a NaN
+    shows in its lane's sum); the first argmax only where the block also holds greedy rows
+    (never read for T1 rows). Greedy rows only: per lane the max over a step's groups, a
+    NaN test, and in run_arg the first step that raised the lane's max (strict >, so a
+    later tie keeps the earlier step; -1 if none), from which ``_greedy_row_argmax`` finds
+    the row's first argmax. Per element that is a conversion, a max and a NaN test (on
+    bf16 pairs); the argmax's compares and selects are per lane and step, not per element.
+    (A step's max ignores NaN on the GPU and is NaN in Triton's interpreter, where numpy's
+    maximum propagates it; either way the NaN test flags the row and its request ends as
+    NAN, whatever its statistics.)
+    """
+    lane = tl.arange(0, BLOCK_V)
+    offs_g = tl.arange(0, GROUPS)[None, :, None] * BLOCK_V + lane[None, None, :]
+    run_max = tl.full([BLOCK_R, BLOCK_V], float("-inf"), dtype=tl.float32)
+    run_sum = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.float32)
+    run_arg = tl.full([BLOCK_R, BLOCK_V], _BIG_INDEX, dtype=tl.int32)
+    run_nan = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int1)
+    source = (logits_desc, flat0, logits_ptr, row_off, offs_g, mask_r, chunk_end, stride_lv)
+    if any_t1 > 0:
+        scale = (inv_tau_r * _LOG2E)[:, None]
+        if any_t0 == 0:
+            for v0 in tl.range(0, CHUNK, GROUPS * BLOCK_V, num_stages=STAGES):
+                x = _step_tile(source, chunk_start + v0, BLOCK_V, FROM_DESC).to(tl.float32)
+                run_max, run_sum = _sampled_group_update(
+                    x, tl.max(x, axis=1), run_max, run_sum, scale
+                )
+        else:
+            for v0 in tl.range(0, CHUNK, GROUPS * BLOCK_V, num_stages=STAGES):
+                x = _step_tile(source, chunk_start + v0, BLOCK_V, FROM_DESC).to(tl.float32)
+                tile_max, run_arg = _group_first_argmax(
+                    x, chunk_start + v0 + lane, run_max, run_arg
+                )
+                run_max, run_sum = _sampled_group_update(x, tile_max, run_max, run_sum, scale)
+        run_nan = run_sum != run_sum
+    else:
+        run_step = tl.full([BLOCK_R, BLOCK_V], -1, dtype=tl.int32)
+        for v0 in tl.range(0, CHUNK, GROUPS * BLOCK_V, num_stages=STAGES):
+            x = _step_tile(source, chunk_start + v0, BLOCK_V, FROM_DESC).to(tl.float32)
+            # Built-in reductions only: Triton's interpreter runs a custom tl.reduce element by
+            # element (a NaN-propagating max here took CI's greedy tests from 2 s to 30-140 s).
+            tile_max = tl.max(x, axis=1)
+            run_nan = run_nan | (tl.max((x != x).to(tl.int32), axis=1) != 0)
+            gt = tile_max > run_max
+            run_step = tl.where(gt, v0, run_step)
+            run_max = tl.where(gt, tile_max, run_max)
+        run_arg = run_step
+    return run_max, run_sum, run_arg, run_nan
+
+
+@triton.jit
+def _greedy_row_argmax(
+    logits_ptr,
+    row_off,
+    run_max,
+    run_step,
+    row_max,
+    mask_r,
+    chunk_start,
+    chunk_end,
+    stride_lv,
+    BLOCK_V: tl.constexpr,
+    GROUPS: tl.constexpr,
+):
+    """Each row's first argmax in a greedy-only chunk, from ``_chunk_statistics``' per-lane
+    max and first step that raised it (-1: never) and the chunk's ``row_max``.
+
+    The first token p* equal to the row max lies in the step s* where its lane first rose
+    to it, and any other lane holding the max rose to it at s* or later: so s* is the
+    earliest step among the lanes that hold the max, and p* is the first token of that
+    step's tile equal to it. That one tile is read again (from L2: the chunk was just read)
+    and searched. A chunk where no lane rose (all -inf, NaN or masked) gives _BIG_INDEX."""
+    hold = (run_max == row_max[:, None]) & (run_step >= 0)
+    step = tl.min(tl.where(hold, run_step, _BIG_INDEX), axis=1)
+    found = mask_r & (step < _BIG_INDEX)
+    offs_g = tl.arange(0, GROUPS)[None, :, None] * BLOCK_V + tl.arange(0, BLOCK_V)[None, None, :]
+    # Steps start at multiples of GROUPS * BLOCK_V: the tile's loads stay vectorised.
+    start = tl.multiple_of(chunk_start + tl.where(found, step, 0), GROUPS * BLOCK_V)
+    ids = start[:, None, None] + offs_g
+    x = _load_groups(logits_ptr, row_off, ids, found, chunk_end, stride_lv).to(tl.float32)
+    first = tl.min(tl.min(tl.where(x == row_max[:, None, None], ids, _BIG_INDEX), axis=2), axis=1)
+    return tl.where(found, first, _BIG_INDEX)
+
+
 # NSPLIT stays a runtime value even when it is 1: one code path for every split count.
 @triton.jit(do_not_specialize=["NSPLIT"])
 def chain_stats_kernel(
@@ -251,6 +367,7 @@ def chain_stats_kernel(
     V,
     CHUNK: tl.constexpr,
     NSPLIT,
+    logits_desc,
     K: tl.constexpr,
     R: tl.constexpr,
     BLOCK_B: tl.constexpr,
@@ -259,6 +376,7 @@ def chain_stats_kernel(
     FLAT: tl.constexpr,
     GROUPS: tl.constexpr,
     OVERLAP: tl.constexpr,
+    TMA: tl.constexpr,
 ):
     """Phase 1: per-row partial statistics of one vocabulary chunk for a block of rows.
 
@@ -272,6 +390,11 @@ def chain_stats_kernel(
     of the B (K+1) rows in request-major order (no padding rows; a block may straddle
     requests, and its last one may run past the batch, masked).
 
+    TMA (FLAT only; the host checks that the logits are [B (K+1), V] rows of 16-byte
+    aligned stride and passes ``logits_desc``, else None): whole chunks are read as boxes
+    of the tensor memory accelerator, the last, partial chunk with pointer loads. The
+    statistics are the same either way (same tiles, same arithmetic).
+
     OVERLAP (sm_90+, with the phase-2 launch made with programmatic dependent launch): every
     program lets that launch start at once, so that its programs read their inputs while
     this grid runs; they wait for this grid before reading the partials.
@@ -283,8 +406,8 @@ def chain_stats_kernel(
     pid_b = tl.program_id(0)
     pid_s = tl.program_id(1)
 
-    # One [BLOCK_R, BLOCK_V] tile stream over this split's chunk; the block's rows are
-    # loaded together so that their latencies overlap.
+    # One [BLOCK_R, GROUPS, BLOCK_V] tile stream over this split's chunk; the block's rows
+    # are loaded together so that their latencies overlap.
     offs_r = tl.arange(0, BLOCK_R)
     if FLAT:
         flat = pid_b * BLOCK_R + offs_r
@@ -299,50 +422,52 @@ def chain_stats_kernel(
     tau_r = tl.load(temp_ptr + req, mask=mask_r, other=0.0)
     t1_r, inv_tau_r = _temperature(tau_r)
     row_off = req64 * stride_lb + row.to(tl.int64) * stride_lk
-    lane = tl.arange(0, BLOCK_V)
     chunk_start = pid_s * CHUNK
     chunk_end = tl.minimum(chunk_start + CHUNK, V)
     any_t1 = tl.max((t1_r & mask_r).to(tl.int32), axis=0)
     any_t0 = tl.max((~t1_r & mask_r).to(tl.int32), axis=0)
-    run_max = tl.full([BLOCK_R, BLOCK_V], float("-inf"), dtype=tl.float32)
-    run_sum = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.float32)
-    run_arg = tl.full([BLOCK_R, BLOCK_V], _BIG_INDEX, dtype=tl.int32)
-    run_nan = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int1)
-    if any_t1 > 0:
-        # Sampled rows: GROUPS tiles a step, in one load, folded into each lane with one
-        # rescale and no NaN test per element (a NaN shows in its lane's sum). The first
-        # argmax only where the block also holds greedy rows (never read for T1 rows).
-        offs_g = tl.arange(0, GROUPS)[None, :, None] * BLOCK_V + lane[None, None, :]
-        scale = (inv_tau_r * _LOG2E)[:, None]
-        if any_t0 == 0:
-            for v0 in range(0, CHUNK, GROUPS * BLOCK_V):
-                x = _load_groups(
-                    logits_ptr, row_off, chunk_start + v0 + offs_g, mask_r, chunk_end, stride_lv
-                )
-                run_max, run_sum = _sampled_group_update(
-                    x, tl.max(x, axis=1), run_max, run_sum, scale
-                )
+    flat0 = pid_b * BLOCK_R
+    args = (logits_desc, flat0, logits_ptr, row_off, chunk_start, chunk_end, stride_lv)
+    if TMA:
+        if chunk_start + CHUNK <= V:
+            run_max, run_sum, run_arg, run_nan = _chunk_statistics(
+                *args,
+                mask_r,
+                inv_tau_r,
+                any_t1,
+                any_t0,
+                CHUNK,
+                BLOCK_R,
+                BLOCK_V,
+                GROUPS,
+                True,
+                _TMA_STAGES,
+            )
         else:
-            for v0 in range(0, CHUNK, GROUPS * BLOCK_V):
-                x = _load_groups(
-                    logits_ptr, row_off, chunk_start + v0 + offs_g, mask_r, chunk_end, stride_lv
-                )
-                tile_max, run_arg = _group_first_argmax(
-                    x, chunk_start + v0 + lane, run_max, run_arg
-                )
-                run_max, run_sum = _sampled_group_update(x, tile_max, run_max, run_sum, scale)
-        run_nan = run_sum != run_sum
+            run_max, run_sum, run_arg, run_nan = _chunk_statistics(
+                *args, mask_r, inv_tau_r, any_t1, any_t0, CHUNK, BLOCK_R, BLOCK_V, GROUPS, False, 1
+            )
     else:
-        # Greedy rows only: max and first argmax per lane, nothing else.
-        for v0 in range(0, CHUNK, 2 * BLOCK_V):
-            offs_a = chunk_start + v0 + lane
-            offs_b = offs_a + BLOCK_V
-            x_a = _load_tile(logits_ptr, row_off, offs_a, mask_r, chunk_end, stride_lv)
-            x_b = _load_tile(logits_ptr, row_off, offs_b, mask_r, chunk_end, stride_lv)
-            run_max, run_arg, run_nan = _greedy_update(x_a, offs_a, run_max, run_arg, run_nan)
-            run_max, run_arg, run_nan = _greedy_update(x_b, offs_b, run_max, run_arg, run_nan)
+        run_max, run_sum, run_arg, run_nan = _chunk_statistics(
+            *args, mask_r, inv_tau_r, any_t1, any_t0, CHUNK, BLOCK_R, BLOCK_V, GROUPS, False, 1
+        )
     row_max, row_sum = _combine_max_sum(run_max, run_sum, inv_tau_r[:, None], 1)
-    row_arg = _first_argmax(run_max, run_arg, row_max, 1)
+    if any_t1 == 0:  # run_arg holds each lane's first step at its max
+        row_arg = _greedy_row_argmax(
+            logits_ptr,
+            row_off,
+            run_max,
+            run_arg,
+            row_max,
+            mask_r,
+            chunk_start,
+            chunk_end,
+            stride_lv,
+            BLOCK_V,
+            GROUPS,
+        )
+    else:
+        row_arg = _first_argmax(run_max, run_arg, row_max, 1)
     # A NaN never wins a max, so it shows only in run_nan; +inf shows as the maximum.
     row_flag = tl.max(run_nan.to(tl.int32), axis=1) | tl.where(
         row_max == float("inf"), _FLAG_POSINF, 0
