@@ -26,7 +26,8 @@
 #   pp3      pp3 ARGS (any command, e.g. `pp3 qualify --verifier vllm-mrv2 ...`), the call's
 #            remaining time
 #   ab       bench/selector_ab.py --base .base ARGS (.base/pp3kernels: an older kernel
-#            package to compare with; carry ".base" too)
+#            package to compare with; carry ".base" too; a later --base in ARGS wins);
+#            the call's n-th A/B returns as $OUT/selector_ab-n.json
 #   script   python3 ARGS with the call's remaining time (e.g. bench/launch_split.py, which
 #            times each of the selector's launches alone)
 #   bash     bash ARGS with the call's remaining time (e.g. bench/ncu_phases.sh)
@@ -98,10 +99,12 @@ while [ $# -gt 0 ]; do
     oracle)
       timeout 100 python3 -m pp3cli oracle --device cuda "${args[@]}" 2>&1 | tail -60 | tee -a "$log"
       say "oracle exit ${PIPESTATUS[0]}" ;;
-    ab)
-      timeout 500 python3 bench/selector_ab.py --base .base --out "$OUT" "${args[@]}" 2>&1 \
-        | tee "$OUT/selector_ab.log" | tail -40 | tee -a "$log"
-      say "ab exit ${PIPESTATUS[0]}" ;;
+    ab)  # the n-th A/B of a call writes $OUT/selector_ab-n.json (its log goes to session.log)
+      ab_n=$(( ${ab_n:-0} + 1 ))
+      timeout 500 python3 bench/selector_ab.py --base .base --out "/tmp/ab-$ab_n" "${args[@]}" \
+        2>&1 | tail -40 | tee -a "$log"
+      say "ab exit ${PIPESTATUS[0]}"
+      cp "/tmp/ab-$ab_n/selector_ab.json" "$OUT/selector_ab-$ab_n.json" 2>/dev/null ;;
     probe)
       timeout "$(left)" python3 -m pp3cli probe --overlay .overlay/vllm-0.33.0 \
         "${args[@]}" 2>&1 | tee -a "$log" | tail -80
