@@ -23,7 +23,7 @@ written to DIR (to read the layouts Triton chose, and the convert_layout ops bet
 become shared-memory round trips with block barriers). Each --pkg (a folder holding
 a `pp3kernels/` that has `selector.launch_constants`, i.e. from v5 step 8 on) is compiled in
 its own subprocess; the default
-is this tree's kernels/. Cases: phase 1 and phase 2 of point drafts at B4 and B64, sparse
+is this tree's kernels/. Cases: phase 1 and phase 2 of point drafts at B4, B16, B64 and B256, sparse
 S = 64, 1024 and 4096 at B4, dense q at B4, V = 129280, K = 5. A static view only: it says
 where registers spill, not how long anything takes (that is `pp3 probe` on the device).
 """
@@ -46,7 +46,9 @@ VOCAB = 129_280
 K = 5
 CASES = [
     ("B4 point", 4, "point", 1),
+    ("B16 point", 16, "point", 1),
     ("B64 point", 64, "point", 1),
+    ("B256 point", 256, "point", 1),
     ("B4 sparse64", 4, "sparse", 64),
     ("B4 sparse1024", 4, "sparse", 1024),
     ("B4 sparse4096", 4, "sparse", 4096),
