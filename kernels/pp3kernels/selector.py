@@ -135,9 +135,7 @@ class LaunchPlan:
     1 runs, read the inputs that do not depend on it, then wait for it (griddepcontrol).
     With tma (flat_rows plans; honoured where ``reads_by_tma`` says the device and the
     logits' layout allow it), phase 1 reads its whole chunks as [flat_rows, groups,
-    block_v] boxes of the tensor memory accelerator instead of pointer loads. With
-    split_major, phase 1's grid is one-dimensional with the splits fastest, so that the
-    programs in flight read neighbouring chunks of the same rows.
+    block_v] boxes of the tensor memory accelerator instead of pointer loads.
     """
 
     block_b: int
@@ -151,7 +149,6 @@ class LaunchPlan:
     finish_warps: int = 4  # warps of the phase-2 launches (rescan and finish)
     overlap: bool = False  # phase 2 starts during phase 1 (programmatic dependent launch)
     tma: bool = False  # phase 1 reads whole chunks through the tensor memory accelerator
-    split_major: bool = False  # phase 1's programs ordered splits fastest (one-dimensional grid)
 
 
 def slot_axis(support: int) -> int:
@@ -251,9 +248,6 @@ def plan_launch(
         # TMA boxes: the max-only pass read at 0.93x the copy floor at B1024 against
         # 1.1-1.2x with pointer loads (bench/NOTES.md, eleventh session).
         tma=True,
-        # Splits fastest: the stand-alone TMA sweep's max-only pass at B1024, 354 against
-        # 390 µs (bench/NOTES.md, eleventh session); step 13.
-        split_major=True,
     )
 
 
@@ -333,7 +327,6 @@ def launch_constants(
         "GROUPS": plan.groups,
         "OVERLAP": overlap,
         "TMA": tma,
-        "SPLIT_MAJOR": plan.split_major,
     }
     phase2: dict[str, int | bool] = {
         **shape,
@@ -476,11 +469,10 @@ def verify_chain(
     else:
         masses = partials[1]
 
-    row_blocks = triton.cdiv(batch * rows, plan.flat_rows) if plan.flat_rows else blocks
-    if plan.split_major:
-        stats_grid: tuple[int, ...] = (row_blocks * plan.nsplit,)
+    if plan.flat_rows:
+        stats_grid = (triton.cdiv(batch * rows, plan.flat_rows), plan.nsplit)
     else:
-        stats_grid = (row_blocks, plan.nsplit)
+        stats_grid = (blocks, plan.nsplit)
     _chain_stats_kernel[stats_grid](
         logits,
         *logits.stride(),

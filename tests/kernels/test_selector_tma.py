@@ -12,7 +12,6 @@ for the row's first argmax: ties must still give the lowest id.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -109,17 +108,12 @@ def test_tma_plans_fall_back_to_pointer_loads_where_the_layout_needs_it(
 
 
 def test_the_gpu_plans_ask_for_tma_from_the_large_vocabulary_on() -> None:
-    """Large vocabularies on a GPU ask for TMA boxes and a split-major phase 1; the
-    interpreter's and small-vocabulary plans do not (they tile whole requests, not flat
-    rows, in one split or few)."""
-    for batch in (4, 64):
-        plan = selector_module.plan_launch(batch, 6, 129_280, interpreter=False)
-        assert plan.tma and plan.split_major
-    for plan in (
-        selector_module.plan_launch(4, 6, 1000, interpreter=False),
-        selector_module.plan_launch(4, 6, 129_280, interpreter=True),
-    ):
-        assert not plan.tma and not plan.split_major
+    """Large vocabularies on a GPU ask for TMA boxes; the interpreter's and small-vocabulary
+    plans do not (they tile whole requests, not flat rows)."""
+    assert selector_module.plan_launch(4, 6, 129_280, interpreter=False).tma
+    assert selector_module.plan_launch(64, 6, 129_280, interpreter=False).tma
+    assert not selector_module.plan_launch(4, 6, 1000, interpreter=False).tma
+    assert not selector_module.plan_launch(4, 6, 129_280, interpreter=True).tma
 
 
 @pytest.mark.parametrize("greedy_share", [1.0, 0.25], ids=["greedy-only", "mixed"])
@@ -205,29 +199,3 @@ def test_greedy_only_ties_take_the_lowest_id(groups: int, tma: bool) -> None:
     _assert_same(got, _reference(args), args)
     for i, (_, _, first) in enumerate(patterns):
         assert int(got.tokens[i, 0]) == first, patterns[i]
-
-
-@pytest.mark.parametrize(
-    ("flat_rows", "tma"),
-    [(0, False), (8, False), (8, True), (2, True)],
-    ids=["padded", "flat", "flat-tma", "flat2-tma"],
-)
-def test_split_major_grids_give_the_row_major_bits(flat_rows: int, tma: bool) -> None:
-    """Phase 1's programs ordered splits fastest (one-dimensional grid, v5 step 13): the
-    same partials, so the same bits as the (row blocks, splits) grid and the reference;
-    three splits of 32 tokens at V = 72 (a tail of 8), blocks of whole or flat rows."""
-    args = _make(batch=7, drafts=3, vocab=72, seed=13, dtype=torch.bfloat16, greedy_share=0.4)
-    base = LaunchPlan(
-        block_b=1 if flat_rows else 2,
-        block_v=8,
-        nsplit=3,
-        chunk=32,
-        num_warps=4,
-        block_f=32,
-        flat_rows=flat_rows,
-        groups=2,
-        tma=tma,
-    )
-    got = _kernel(args, plan=replace(base, split_major=True))
-    _assert_same(got, _kernel(args, plan=base), args)
-    _assert_same(got, _reference(args), args)

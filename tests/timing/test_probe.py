@@ -369,7 +369,6 @@ def test_each_case_names_the_selector_plan_it_was_timed_with() -> None:
         "finish_warps": 8,
         "overlap": True,
         "tma": True,
-        "split_major": True,
     }
     assert (large["block_v"], large["num_warps"], large["groups"]) == (128, 4, 4)
     # Given the device, what a call did there: on the CPU no overlap, and TMA boxes only in

@@ -377,7 +377,6 @@ def chain_stats_kernel(
     GROUPS: tl.constexpr,
     OVERLAP: tl.constexpr,
     TMA: tl.constexpr,
-    SPLIT_MAJOR: tl.constexpr,
 ):
     """Phase 1: per-row partial statistics of one vocabulary chunk for a block of rows.
 
@@ -399,23 +398,13 @@ def chain_stats_kernel(
     OVERLAP (sm_90+, with the phase-2 launch made with programmatic dependent launch): every
     program lets that launch start at once, so that its programs read their inputs while
     this grid runs; they wait for this grid before reading the partials.
-
-    SPLIT_MAJOR: a one-dimensional grid of row blocks x splits with the splits fastest, so
-    that consecutive programs read consecutive chunks of the same rows and the programs in
-    flight sweep contiguous memory (a block of flat rows is contiguous); otherwise the grid
-    is (row blocks, splits), row blocks fastest.
     """
     if OVERLAP:
         # The phase-2 launch may start now: its programs read their inputs, then wait
         # (gdc_wait) until this grid is done and its partials are visible.
         gdc_launch_dependents()
-    if SPLIT_MAJOR:
-        pid = tl.program_id(0)
-        pid_b = pid // NSPLIT
-        pid_s = pid % NSPLIT
-    else:
-        pid_b = tl.program_id(0)
-        pid_s = tl.program_id(1)
+    pid_b = tl.program_id(0)
+    pid_s = tl.program_id(1)
 
     # One [BLOCK_R, GROUPS, BLOCK_V] tile stream over this split's chunk; the block's rows
     # are loaded together so that their latencies overlap.
