@@ -57,7 +57,7 @@ TIMED_REPLAYS = 100
 
 def cases(cpu: bool, only: list[str] | None = None) -> list[tuple[str, int, str, str]]:
     """(name, batch, temperatures, q form) of every case (those naming a word of ``only``)."""
-    batches = (1, 4) if cpu else (1, 4, 16, 64, 256)
+    batches = (1, 4) if cpu else (1, 4, 16, 64, 256, 1024)
     out = [(f"B{b} {t} point", b, t, "point") for b in batches for t in ("T1", "T0", "half")]
     for b in (4,) if cpu else (4, 64):
         supports = (64,) if cpu else (64, 1024, 4096)  # V = 300 on the CPU

@@ -80,6 +80,11 @@ _SMALL_MIN_BLOCK_V = 16
 _CHUNK = 2048
 _MAX_SPLITS = 256
 _LARGE_BATCH = 16
+# Phase 1 through TMA boxes from this many requests on (bench/NOTES.md, twelfth session's
+# A/B against pointer loads: B256 greedy 131.0 -> 115.9 us, sampled 124.8 -> 124.0; at B64
+# greedy 39.1 -> 36.8 but sampled 39.5 -> 42.2, at B16 sampled 17.2 -> 19.3: below this,
+# the TMA program's 96 registers and twice the instructions cost more than its loads save).
+_TMA_BATCH = 256
 _TILE_ELEMENTS_LARGE_BATCH = 1024
 _NUM_WARPS_LARGE_BATCH = 4
 _TILE_ELEMENTS = 2048
@@ -246,8 +251,9 @@ def plan_launch(
         # finishes faster with the partials read first (bench/NOTES.md, step 8b).
         overlap=support == 1,
         # TMA boxes: the max-only pass read at 0.93x the copy floor at B1024 against
-        # 1.1-1.2x with pointer loads (bench/NOTES.md, eleventh session).
-        tma=True,
+        # 1.1-1.2x with pointer loads (bench/NOTES.md, eleventh session); from
+        # _TMA_BATCH requests on, where the whole selector gained (twelfth session).
+        tma=batch >= _TMA_BATCH,
     )
 
 

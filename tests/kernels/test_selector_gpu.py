@@ -289,13 +289,15 @@ def test_overlapped_launches_give_the_same_bits(batch: int, q: str) -> None:
         (16, "point", 0.0),
         (64, "sparse", 1.0),
         (256, "point", None),
+        (1024, "point", 1.0),
     ],
 )
 def test_tma_boxes_give_the_pointer_loads_bits(batch: int, q: str, greedy: float | None) -> None:
     """Phase 1 through TMA boxes (LaunchPlan.tma, sm_90+) equals the same plan with pointer
     loads bit for bit, on mixed, all-greedy and all-sampled batches (``greedy``: the T0
     share forced, None: the generator's quarter), and is what the plan takes on this
-    device. Greedy-only blocks find each row's first argmax by reading one step again."""
+    device from 256 requests on (below, TMA is forced here: the plan takes pointer loads).
+    Greedy-only blocks find each row's first argmax by reading one step again."""
     support = 64 if q == "sparse" else 1
     args = _make_large(
         batch=batch, drafts=5, vocab=VOCAB, seed=53 * batch, q=q, device=DEVICE, support=support
@@ -304,10 +306,12 @@ def test_tma_boxes_give_the_pointer_loads_bits(batch: int, q: str, greedy: float
         args["temperature"] = torch.zeros_like(args["temperature"])
     elif greedy == 0.0:
         args["temperature"] = args["temperature"].clamp(min=0.3)
-    base = plan_launch(batch, 6, VOCAB, interpreter=False, support=support, dense=q == "dense")
-    assert base.tma and reads_by_tma(base, args["logits"])
-    got = verify_chain(**args, validate=False, plan=base)
-    want = verify_chain(**args, validate=False, plan=replace(base, tma=False))
+    plan = plan_launch(batch, 6, VOCAB, interpreter=False, support=support, dense=q == "dense")
+    assert plan.tma == (batch >= 256)
+    boxes = replace(plan, tma=True)
+    assert reads_by_tma(boxes, args["logits"])
+    got = verify_chain(**args, validate=False, plan=boxes)
+    want = verify_chain(**args, validate=False, plan=replace(plan, tma=False))
     assert torch.equal(got.tokens, want.tokens)
     assert torch.equal(got.accepted, want.accepted)
     assert torch.equal(got.status, want.status)
@@ -430,11 +434,13 @@ def test_philox_counter_layout_in_the_kernel_at_large_vocabulary() -> None:
     _uniform_layout(1 << 17, DEVICE)
 
 
-def _statuses(vocab: int, device: str, *, all_greedy: bool = False) -> None:
-    """NaN, +inf and all -inf rows in a whole split (TMA boxes on sm_90+) and in the
-    partial last one; with ``all_greedy`` every request is T0, so that phase 1's blocks are
-    greedy-only (their step maxima ignore NaN on the GPU, where Triton's interpreter, with
-    numpy's maximum, propagates it: the NaN test must flag the row either way)."""
+def _statuses(vocab: int, device: str, *, all_greedy: bool = False, tma: bool = False) -> None:
+    """NaN, +inf and all -inf rows in a whole split and in the partial last one (with
+    ``tma``, phase 1 reads the whole splits as TMA boxes, sm_90+, which the plan of 8
+    requests does not do by itself); with ``all_greedy`` every request is T0, so that
+    phase 1's blocks are greedy-only (their step maxima ignore NaN on the GPU, where
+    Triton's interpreter, with numpy's maximum, propagates it: the NaN test must flag the
+    row either way)."""
     args = _make_large(batch=8, drafts=3, vocab=vocab, seed=17, q="sparse", device=device)
     if all_greedy:
         args["temperature"] = torch.zeros_like(args["temperature"])
@@ -454,7 +460,11 @@ def _statuses(vocab: int, device: str, *, all_greedy: bool = False) -> None:
     corrupted["temperature"][5] = 0.0
     corrupted["draft_tokens"] = args["draft_tokens"].clone()
     corrupted["draft_tokens"][5] = last
-    got = verify_chain(**corrupted)
+    plan = plan_launch(8, 4, vocab, interpreter=False, support=4)
+    if tma:
+        plan = replace(plan, tma=True)
+        assert reads_by_tma(plan, logits)
+    got = verify_chain(**corrupted, plan=plan)
     want = reference_verify_chain(**corrupted)
     for name, x, y in zip(ChainResult._fields, got, want, strict=True):
         assert torch.equal(x, y), f"{name}: kernel {x.tolist()} reference {y.tolist()}"
@@ -466,9 +476,10 @@ def _statuses(vocab: int, device: str, *, all_greedy: bool = False) -> None:
     assert torch.equal(got.accepted[6:], clean.accepted[6:])
 
 
+@pytest.mark.parametrize("tma", [False, True], ids=["pointers", "tma"])
 @pytest.mark.parametrize("all_greedy", [False, True], ids=["mixed", "greedy-only"])
-def test_statuses_at_full_vocabulary(all_greedy: bool) -> None:
-    _statuses(VOCAB, DEVICE, all_greedy=all_greedy)
+def test_statuses_at_full_vocabulary(all_greedy: bool, tma: bool) -> None:
+    _statuses(VOCAB, DEVICE, all_greedy=all_greedy, tma=tma)
 
 
 def _pooled_g_test(observed: torch.Tensor, p: torch.Tensor) -> float:

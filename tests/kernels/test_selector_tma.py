@@ -107,11 +107,16 @@ def test_tma_plans_fall_back_to_pointer_loads_where_the_layout_needs_it(
     _assert_same(_kernel(args, plan=plan), _reference(args), args)
 
 
-def test_the_gpu_plans_ask_for_tma_from_the_large_vocabulary_on() -> None:
-    """Large vocabularies on a GPU ask for TMA boxes; the interpreter's and small-vocabulary
-    plans do not (they tile whole requests, not flat rows)."""
-    assert selector_module.plan_launch(4, 6, 129_280, interpreter=False).tma
-    assert selector_module.plan_launch(64, 6, 129_280, interpreter=False).tma
+def test_the_gpu_plans_ask_for_tma_from_256_requests_on() -> None:
+    """Large vocabularies on a GPU ask for TMA boxes from 256 requests on (below, the
+    pointer program was faster on sampled rows); the interpreter's and small-vocabulary
+    plans never do (they tile whole requests, not flat rows)."""
+    assert selector_module.plan_launch(256, 6, 129_280, interpreter=False).tma
+    assert selector_module.plan_launch(1024, 2, 129_280, interpreter=False).tma
+    assert not selector_module.plan_launch(255, 6, 129_280, interpreter=False).tma
+    assert not selector_module.plan_launch(64, 6, 129_280, interpreter=False).tma
+    assert not selector_module.plan_launch(4, 6, 129_280, interpreter=False).tma
+    assert not selector_module.plan_launch(256, 6, 1000, interpreter=False).tma
     assert not selector_module.plan_launch(4, 6, 1000, interpreter=False).tma
     assert not selector_module.plan_launch(4, 6, 129_280, interpreter=True).tma
 

@@ -173,6 +173,24 @@ def _first_argmax(part_max, part_arg, m, AXIS: tl.constexpr):
 
 
 @triton.jit
+def _load_tile(logits_ptr, row_off, offs_v, mask_r, chunk_end, stride_lv):
+    """One [rows, BLOCK_V] tile of logits as fp32; -inf outside the chunk and masked rows."""
+    mask = mask_r[:, None] & (offs_v < chunk_end)[None, :]
+    ptrs = logits_ptr + row_off[:, None] + offs_v[None, :].to(tl.int64) * stride_lv
+    return tl.load(ptrs, mask=mask, other=float("-inf")).to(tl.float32)
+
+
+@triton.jit
+def _greedy_update(x, offs_v, run_max, run_arg, run_nan):
+    """Per-lane running max and its first index (strict >: the lowest id wins ties)."""
+    run_nan = run_nan | (x != x)
+    gt = x > run_max
+    run_arg = tl.where(gt, offs_v[None, :], run_arg)
+    run_max = tl.where(gt, x, run_max)
+    return run_max, run_arg, run_nan
+
+
+@triton.jit
 def _load_groups(logits_ptr, row_off, offs_g, mask_r, chunk_end, stride_lv):
     """One [rows, GROUPS, BLOCK_V] tile of logits in their own dtype (``offs_g``:
     [1, GROUPS, BLOCK_V] token ids); -inf outside the chunk and in masked rows."""
@@ -243,6 +261,69 @@ def _sampled_group_update(x, tile_max, run_max, run_sum, scale):
     e = tl.math.exp2((x - m_ref[:, None, :]) * scale[:, :, None])
     run_sum = run_sum * rescale + tl.sum(e, axis=1)
     return new_max, run_sum
+
+
+@triton.jit
+def _pointer_lane_statistics(
+    logits_ptr,
+    row_off,
+    chunk_start,
+    chunk_end,
+    stride_lv,
+    mask_r,
+    inv_tau_r,
+    any_t1,
+    any_t0,
+    CHUNK: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    GROUPS: tl.constexpr,
+):
+    """Per-lane statistics of one chunk for BLOCK_R rows through pointer loads: (run_max,
+    run_sum, run_arg, run_nan), each [BLOCK_R, BLOCK_V], run_arg the lane's first argmax
+    (token id). Phase 1's program where TMA is off (steps 9-11's, unchanged: step 12's
+    shared version compiled to 96 registers against 80 and ran sampled rows 10-15% slower
+    at B16-B64 without TMA, bench/NOTES.md, twelfth session).
+
+    Sampled rows: GROUPS tiles a step, in one load, folded into each lane with one rescale
+    and no NaN test per element (a NaN shows in its lane's sum); the first argmax only where
+    the block also holds greedy rows (never read for T1 rows). Greedy rows only: max, first
+    argmax (strict >) and a NaN test per element, two tiles a step."""
+    lane = tl.arange(0, BLOCK_V)
+    run_max = tl.full([BLOCK_R, BLOCK_V], float("-inf"), dtype=tl.float32)
+    run_sum = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.float32)
+    run_arg = tl.full([BLOCK_R, BLOCK_V], _BIG_INDEX, dtype=tl.int32)
+    run_nan = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int1)
+    if any_t1 > 0:
+        offs_g = tl.arange(0, GROUPS)[None, :, None] * BLOCK_V + lane[None, None, :]
+        scale = (inv_tau_r * _LOG2E)[:, None]
+        if any_t0 == 0:
+            for v0 in range(0, CHUNK, GROUPS * BLOCK_V):
+                x = _load_groups(
+                    logits_ptr, row_off, chunk_start + v0 + offs_g, mask_r, chunk_end, stride_lv
+                ).to(tl.float32)
+                run_max, run_sum = _sampled_group_update(
+                    x, tl.max(x, axis=1), run_max, run_sum, scale
+                )
+        else:
+            for v0 in range(0, CHUNK, GROUPS * BLOCK_V):
+                x = _load_groups(
+                    logits_ptr, row_off, chunk_start + v0 + offs_g, mask_r, chunk_end, stride_lv
+                ).to(tl.float32)
+                tile_max, run_arg = _group_first_argmax(
+                    x, chunk_start + v0 + lane, run_max, run_arg
+                )
+                run_max, run_sum = _sampled_group_update(x, tile_max, run_max, run_sum, scale)
+        run_nan = run_sum != run_sum
+    else:
+        for v0 in range(0, CHUNK, 2 * BLOCK_V):
+            offs_a = chunk_start + v0 + lane
+            offs_b = offs_a + BLOCK_V
+            x_a = _load_tile(logits_ptr, row_off, offs_a, mask_r, chunk_end, stride_lv)
+            x_b = _load_tile(logits_ptr, row_off, offs_b, mask_r, chunk_end, stride_lv)
+            run_max, run_arg, run_nan = _greedy_update(x_a, offs_a, run_max, run_arg, run_nan)
+            run_max, run_arg, run_nan = _greedy_update(x_b, offs_b, run_max, run_arg, run_nan)
+    return run_max, run_sum, run_arg, run_nan
 
 
 @triton.jit
@@ -426,9 +507,9 @@ def chain_stats_kernel(
     chunk_end = tl.minimum(chunk_start + CHUNK, V)
     any_t1 = tl.max((t1_r & mask_r).to(tl.int32), axis=0)
     any_t0 = tl.max((~t1_r & mask_r).to(tl.int32), axis=0)
-    flat0 = pid_b * BLOCK_R
-    args = (logits_desc, flat0, logits_ptr, row_off, chunk_start, chunk_end, stride_lv)
     if TMA:
+        flat0 = pid_b * BLOCK_R
+        args = (logits_desc, flat0, logits_ptr, row_off, chunk_start, chunk_end, stride_lv)
         if chunk_start + CHUNK <= V:
             run_max, run_sum, run_arg, run_nan = _chunk_statistics(
                 *args,
@@ -447,26 +528,40 @@ def chain_stats_kernel(
             run_max, run_sum, run_arg, run_nan = _chunk_statistics(
                 *args, mask_r, inv_tau_r, any_t1, any_t0, CHUNK, BLOCK_R, BLOCK_V, GROUPS, False, 1
             )
+        row_max, row_sum = _combine_max_sum(run_max, run_sum, inv_tau_r[:, None], 1)
+        if any_t1 == 0:  # run_arg holds each lane's first step at its max
+            row_arg = _greedy_row_argmax(
+                logits_ptr,
+                row_off,
+                run_max,
+                run_arg,
+                row_max,
+                mask_r,
+                chunk_start,
+                chunk_end,
+                stride_lv,
+                BLOCK_V,
+                GROUPS,
+            )
+        else:
+            row_arg = _first_argmax(run_max, run_arg, row_max, 1)
     else:
-        run_max, run_sum, run_arg, run_nan = _chunk_statistics(
-            *args, mask_r, inv_tau_r, any_t1, any_t0, CHUNK, BLOCK_R, BLOCK_V, GROUPS, False, 1
-        )
-    row_max, row_sum = _combine_max_sum(run_max, run_sum, inv_tau_r[:, None], 1)
-    if any_t1 == 0:  # run_arg holds each lane's first step at its max
-        row_arg = _greedy_row_argmax(
+        run_max, run_sum, run_arg, run_nan = _pointer_lane_statistics(
             logits_ptr,
             row_off,
-            run_max,
-            run_arg,
-            row_max,
-            mask_r,
             chunk_start,
             chunk_end,
             stride_lv,
+            mask_r,
+            inv_tau_r,
+            any_t1,
+            any_t0,
+            CHUNK,
+            BLOCK_R,
             BLOCK_V,
             GROUPS,
         )
-    else:
+        row_max, row_sum = _combine_max_sum(run_max, run_sum, inv_tau_r[:, None], 1)
         row_arg = _first_argmax(run_max, run_arg, row_max, 1)
     # A NaN never wins a max, so it shows only in run_nan; +inf shows as the maximum.
     row_flag = tl.max(run_nan.to(tl.int32), axis=1) | tl.where(
