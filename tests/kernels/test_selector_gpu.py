@@ -461,8 +461,8 @@ def _statuses(vocab: int, device: str, *, all_greedy: bool = False, tma: bool = 
     corrupted["draft_tokens"] = args["draft_tokens"].clone()
     corrupted["draft_tokens"][5] = last
     plan = plan_launch(8, 4, vocab, interpreter=False, support=4)
-    if tma:
-        plan = replace(plan, tma=True)
+    if tma:  # boxes of at most 256 tokens: this plan's [4, 512] tiles halved
+        plan = replace(plan, block_v=256, tma=True)
         assert reads_by_tma(plan, logits)
     got = verify_chain(**corrupted, plan=plan)
     want = reference_verify_chain(**corrupted)
