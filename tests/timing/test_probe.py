@@ -368,14 +368,15 @@ def test_each_case_names_the_selector_plan_it_was_timed_with() -> None:
         "groups": 2,
         "finish_warps": 8,
         "overlap": True,
-        "tma": True,
+        "tma": False,
     }
     assert (large["block_v"], large["num_warps"], large["groups"]) == (128, 4, 4)
+    assert large["tma"] is False
+    wide = probe_cases.ProbeCase(256, 5, 129280, "bf16", "point", 0, 64)
+    assert probe.selector_plan(wide)["tma"] is True  # TMA boxes from 256 requests on
     # Given the device, what a call did there: on the CPU no overlap, and TMA boxes only in
     # Triton's interpreter (which runs that path too).
-    cpu = probe.selector_plan(
-        probe_cases.ProbeCase(4, 5, 129280, "bf16", "point", 0, 64), torch.device("cpu")
-    )
+    cpu = probe.selector_plan(wide, torch.device("cpu"))
     assert cpu["overlap"] is False and cpu["tma"] is is_interpreter()
 
 
