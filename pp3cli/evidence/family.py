@@ -16,6 +16,7 @@ The verdict rule itself is ``pp3cli.evidence.verdict.qualification_verdict``.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,9 +29,11 @@ from pp3cli.evidence.shares import check_rank_counts
 from pp3cli.evidence.stats import (
     FamilyVerdict,
     MemberResult,
+    Pooling,
     detectable_tv,
     g_test,
     g_test_homogeneity,
+    g_test_pooled,
     holm,
     pool_cells,
     samples_for_tv,
@@ -207,6 +210,19 @@ def control_requests_for(
 # ---------------------------------------------------------------------------- recompute
 
 
+@functools.lru_cache(maxsize=256)
+def _stored_law(exact: tuple[str, ...]) -> tuple[Fraction, ...]:
+    """A receipt's ``"num/den"`` law as Fractions; a few dozen distinct laws recur in
+    thousands of members across receipts, so each is parsed once per process."""
+    return tuple(fraction_from_text(p) for p in exact)
+
+
+@functools.lru_cache(maxsize=1024)
+def _stored_pooling(exact: tuple[str, ...], n: int) -> Pooling:
+    """``pool_cells`` of a stored law for n samples, once per (law, n) per process."""
+    return pool_cells(_stored_law(exact), n, MIN_EXPECTED)
+
+
 def _recompute_members(
     stored: Sequence[Mapping[str, Any]], alpha: float, extra: Sequence[MemberResult] = ()
 ) -> tuple[FamilyVerdict, list[str]]:
@@ -218,12 +234,13 @@ def _recompute_members(
     for entry in stored:
         name = str(entry["name"])
         observed = [int(c) for c in entry["observed"]]
-        probs = [fraction_from_text(p) for p in entry["exact"]]
-        if len(observed) != len(probs):
-            problems.append(f"{name}: {len(observed)} counts for {len(probs)} outcomes")
+        exact = tuple(entry["exact"])
+        if len(observed) != len(exact):
+            problems.append(f"{name}: {len(observed)} counts for {len(exact)} outcomes")
             continue
         try:
-            result = g_test(name, observed, probs, MIN_EXPECTED)
+            pooling = _stored_pooling(exact, max(1, sum(observed)))
+            result = g_test_pooled(name, observed, pooling)
         except ValueError as err:
             problems.append(f"{name}: {err}")
             continue
@@ -243,7 +260,6 @@ def _recompute_members(
                 problems.append(
                     f"{name}: stored {key} {claimed[key]} != recomputed {getattr(result, key)}"
                 )
-        pooling = pool_cells(probs, max(1, result.n), MIN_EXPECTED)
         if entry.get("pooled", {}).get("groups") != [list(g) for g in pooling.groups]:
             problems.append(f"{name}: stored pooled groups differ from the pre-registered rule")
     return holm([*results, *extra], alpha), problems

@@ -33,6 +33,7 @@ __all__ = [
     "MemberResult",
     "Pooling",
     "g_test",
+    "g_test_pooled",
     "holm",
     "noncentrality_for_power",
     "pool_cells",
@@ -48,6 +49,8 @@ class Pooling:
     groups: tuple[tuple[int, ...], ...]  # outcome indices per pooled cell
     probs: tuple[Fraction, ...]  # exact probability of each pooled cell
     impossible: tuple[int, ...]  # outcomes with exact probability 0
+    outcomes: int  # outcomes of the law pooled (possible and impossible)
+    n: int  # the sample size the cells were pooled for
 
 
 def _validate_law(exact_probs: Sequence[Fraction]) -> list[Fraction]:
@@ -104,6 +107,8 @@ def pool_cells(exact_probs: Sequence[Fraction], n: int, min_expected: float = 20
         groups=tuple(tuple(sorted(group)) for group in groups),
         probs=tuple(masses),
         impossible=impossible,
+        outcomes=len(probs),
+        n=n,
     )
 
 
@@ -138,19 +143,47 @@ def g_test(
     count of cell c is E_c = n' p_c and G = 2 sum_c O_c ln(O_c / E_c), so sum O = sum E and
     G >= 0. df = cells - 1; p = chi2.sf(G, df), and p = 1 when df = 0.
     """
-    if len(observed) != len(exact_probs):
+    counts = _checked_counts(name, observed, len(exact_probs))
+    return _g_test_cells(name, counts, pool_cells(exact_probs, sum(counts), min_expected))
+
+
+def g_test_pooled(name: str, observed: Sequence[int], pooling: Pooling) -> MemberResult:
+    """``g_test`` on cells pooled beforehand: the same result as ``g_test(name, observed,
+    law, min_expected)`` when ``pooling = pool_cells(law, sum(observed), min_expected)``.
+
+    For re-judging many members that share a law (``verify-receipts``): pooling an exact law
+    costs O(outcomes) rational operations, the test itself only integer sums. ValueError when
+    the counts do not fit the pooling (other outcome count, or a sample size it was not
+    pooled for).
+    """
+    counts = _checked_counts(name, observed, pooling.outcomes)
+    if sum(counts) != pooling.n:
         raise ValueError(
-            f"member {name!r}: {len(observed)} observed counts for {len(exact_probs)} outcomes:"
+            f"member {name!r}: {sum(counts)} observations but the cells were pooled for "
+            f"n = {pooling.n}: expected equal sample sizes"
+        )
+    return _g_test_cells(name, counts, pooling)
+
+
+def _checked_counts(name: str, observed: Sequence[int], outcomes: int) -> list[int]:
+    """``observed`` as ints; ValueError unless there is one count >= 0 per outcome, n >= 1."""
+    if len(observed) != outcomes:
+        raise ValueError(
+            f"member {name!r}: {len(observed)} observed counts for {outcomes} outcomes:"
             " expected equal lengths"
         )
     counts = [int(c) for c in observed]
     for index, count in enumerate(counts):
         if count < 0:
             raise ValueError(f"member {name!r}: observed count {count} at outcome {index}")
-    n = sum(counts)
-    if n < 1:
+    if sum(counts) < 1:
         raise ValueError(f"member {name!r}: no observations (n = 0): expected n >= 1")
-    pooling = pool_cells(exact_probs, n, min_expected)
+    return counts
+
+
+def _g_test_cells(name: str, counts: Sequence[int], pooling: Pooling) -> MemberResult:
+    """The G-test of ``g_test``'s docstring on validated counts and their pooled cells."""
+    n = sum(counts)
     impossible_hits = sum(counts[index] for index in pooling.impossible)
     possible = n - impossible_hits
     cells = len(pooling.groups)

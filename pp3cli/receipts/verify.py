@@ -17,6 +17,7 @@ Verdicts are recomputed by the per-kind functions of ``pp3cli.receipts.recompute
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -106,10 +107,21 @@ def _no_constants(token: str) -> Any:
     raise StrictJSONError(f"non-finite number {token}")
 
 
+def _finite_float(token: str) -> float:
+    value = float(token)
+    if not math.isfinite(value):  # 1e999 is valid JSON text but overflows a double
+        raise StrictJSONError(f"non-finite number {token} (overflows a double)")
+    return value
+
+
 def strict_loads(raw: bytes) -> Any:
-    """Parse JSON refusing duplicate keys and NaN/Infinity (StrictJSONError/ValueError)."""
+    """Parse JSON refusing duplicate keys and NaN/Infinity, literal or by overflow
+    (StrictJSONError/ValueError): every float it returns is finite."""
     return json.loads(
-        raw.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_constants
+        raw.decode("utf-8"),
+        object_pairs_hook=_no_duplicates,
+        parse_constant=_no_constants,
+        parse_float=_finite_float,
     )
 
 
@@ -162,7 +174,7 @@ def _check_manifest(
             continue
         file = parsed["file"]
         problems = faults.setdefault(file, [])
-        if canonical_json(parsed) != line:
+        if canonical_json(parsed, finite=True) != line:
             problems.append(f"manifest {where} is not canonical JSON")
         if parsed["seq"] != line_no:
             problems.append(
@@ -413,7 +425,7 @@ def verify_receipts(receipts_dir: Path, *, root: Path, strict: bool = False) -> 
             result.fail(f"not strict JSON: {err}")
             continue
         try:
-            canonical = canonical_json(statement) + b"\n"
+            canonical = canonical_json(statement, finite=True) + b"\n"
         except ValueError as err:
             result.fail(f"not canonical JSON: {err}")
             continue

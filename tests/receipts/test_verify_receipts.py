@@ -194,6 +194,7 @@ def test_unlisted_receipt_with_bad_content_fails(written: list[Path], tree: Path
     [
         (b'"count":3,"count":99', "duplicate key 'count'"),
         (b'"count":NaN', "non-finite number NaN"),
+        (b'"count":1e999', "non-finite number 1e999"),
     ],
 )
 def test_non_strict_json_fails_even_with_a_consistent_chain(
