@@ -14,6 +14,7 @@ from pp3cli.evidence.stats import (
     MemberResult,
     g_test,
     g_test_homogeneity,
+    g_test_pooled,
     holm,
     noncentrality_for_power,
     pool_cells,
@@ -95,6 +96,22 @@ def test_g_statistic_matches_hand_computation() -> None:
     assert result.df == 2
     assert result.cells == 3
     assert not result.failed_outright
+
+
+def test_pooled_g_test_is_the_g_test_and_refuses_counts_it_was_not_pooled_for() -> None:
+    rng = np.random.default_rng(20261202)
+    law = [*LAW12, Fraction(0)]  # one impossible outcome, as receipts' "malformed"
+    for n in (7, 60, 900):
+        observed = [*rng.multinomial(n, _floats(LAW12)).tolist(), int(n == 900)]
+        pooling = pool_cells(law, sum(observed), 20.0)
+        assert g_test_pooled("m", observed, pooling) == g_test("m", observed, law, 20.0)
+    pooling = pool_cells(law, 60, 20.0)
+    with pytest.raises(ValueError, match="pooled for n = 60"):
+        g_test_pooled("m", [5] * 11 + [4, 0], pooling)
+    with pytest.raises(ValueError, match="12 observed counts for 13 outcomes"):
+        g_test_pooled("m", [5] * 12, pooling)
+    with pytest.raises(ValueError, match="observed count -1"):
+        g_test_pooled("m", [-1, 61] + [0] * 11, pooling)
 
 
 def test_calibration_false_rejection_rate() -> None:
