@@ -22,10 +22,11 @@ graphs, wall-clock time of single calls.
 
 Cases: V = 129280 bf16 logits (randn * 4), K = 5, drafts = the greedy token with one in
 three requests off by one at row 2; point-mass q (S = 1, count C = 2^16) for
-B in {1, 4, 16, 64, 256} x {all T1, all T0, half}; sparse q (S = 64, 1024 and 4096 tokens
-of C / S each, the draft among them) for B in {4, 64} and dense q (softmax of noisy logits)
-for B in {1, 4, 16, 64}, all T1. ``--only`` keeps the cases whose name contains one of the
-given words.
+B in {1, 4, 16, 64, 256, 1024} x {all T1, all T0, half (the first half T0), mix (every
+other request T0, as `pp3 probe --t0-share 0.5` spreads them; from B = 4)}; sparse q
+(S = 64, 1024 and 4096 tokens of C / S each, the draft among them) for B in {4, 64} and
+dense q (softmax of noisy logits) for B in {1, 4, 16, 64}, all T1. ``--only`` keeps the
+cases whose name contains one of the given words.
 
 Prints one table last (case, base µs, new µs, new/base, outputs identical; µs = median over
 rounds of each worker's median) and writes everything to DIR/selector_ab.json. Graph
@@ -59,6 +60,7 @@ def cases(cpu: bool, only: list[str] | None = None) -> list[tuple[str, int, str,
     """(name, batch, temperatures, q form) of every case (those naming a word of ``only``)."""
     batches = (1, 4) if cpu else (1, 4, 16, 64, 256, 1024)
     out = [(f"B{b} {t} point", b, t, "point") for b in batches for t in ("T1", "T0", "half")]
+    out += [(f"B{b} mix point", b, "mix", "point") for b in batches if b >= 4]
     for b in (4,) if cpu else (4, 64):
         supports = (64,) if cpu else (64, 1024, 4096)  # V = 300 on the CPU
         out += [(f"B{b} T1 sparse{s}", b, "T1", f"sparse{s}") for s in supports]
@@ -98,7 +100,9 @@ def make_inputs(batch: int, temps: str, q: str, index: int, vocab: int, device: 
     drafts = logits.float().argmax(-1)[:, :K].to(torch.int32).contiguous()
     drafts[1::3, 2] = (drafts[1::3, 2] + 1) % vocab
     tau = torch.ones(batch, device=device)
-    if temps != "T1":
+    if temps == "mix":
+        tau[::2] = 0.0
+    elif temps != "T1":
         tau[: batch if temps == "T0" else batch // 2] = 0.0
     args: dict[str, Any] = dict(
         logits=logits,
