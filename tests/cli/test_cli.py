@@ -245,9 +245,13 @@ def test_only_pp3_errors_become_exit_codes(
     assert exited.value.code == 2
 
 
+# The napper restores Python's SIGINT handler first: a shell starts background jobs with SIGINT
+# ignored, Python keeps an inherited SIG_IGN, and then no Ctrl-C reaches any process at all
+# (a CI run started with `&` timed out here on 2026-12-02). A user's terminal has the default.
 NAPPER = textwrap.dedent(
     """
-    import sys, time
+    import signal, sys, time
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from pp3cli.cli import app as pp3_app
 
     @pp3_app.app.command("nap")
