@@ -376,7 +376,7 @@ def _chunk_statistics(
                     x, tl.max(x, axis=1), run_max, run_sum, scale
                 )
         else:
-            for v0 in tl.range(0, CHUNK, GROUPS * BLOCK_V, num_stages=STAGES):
+            for v0 in tl.range(0, CHUNK, GROUPS * BLOCK_V, num_stages=max(1, STAGES - 1)):
                 x = _step_tile(source, chunk_start + v0, BLOCK_V, FROM_DESC).to(tl.float32)
                 tile_max, run_arg = _group_first_argmax(
                     x, chunk_start + v0 + lane, run_max, run_arg
