@@ -84,6 +84,8 @@ _LARGE_BATCH = 16
 # A/B against pointer loads: B256 greedy 131.0 -> 115.9 us, sampled 124.8 -> 124.0; at B64
 # greedy 39.1 -> 36.8 but sampled 39.5 -> 42.2, at B16 sampled 17.2 -> 19.3: below this,
 # the TMA program's 96 registers and twice the instructions cost more than its loads save).
+# Checked again at 80 registers (step 16, fourteenth session): at B64 T0 38.7 -> 36.0 but
+# T1 39.6 -> 41.3 and spread-mixed 41.4 -> 46.1, so the line stays.
 _TMA_BATCH = 256
 _TILE_ELEMENTS_LARGE_BATCH = 1024
 _NUM_WARPS_LARGE_BATCH = 4
