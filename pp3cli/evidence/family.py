@@ -31,7 +31,6 @@ from pp3cli.evidence.stats import (
     MemberResult,
     Pooling,
     detectable_tv,
-    g_test,
     g_test_homogeneity,
     g_test_pooled,
     holm,
@@ -79,15 +78,16 @@ def member_laws(target: ToyTarget, n: int) -> list[MemberLaw]:
 
 @dataclass(frozen=True)
 class MemberRecord:
-    """A member's raw counts, exact law, pooled cells and G-test result."""
+    """A member's raw counts, exact law, the cells its G-test pooled and its result."""
 
     law: MemberLaw
     observed: tuple[int, ...]
+    pooling: Pooling
     result: MemberResult
 
     def to_json(self) -> dict[str, Any]:
         """Receipt form: counts, exact probabilities as "num/den", pooled groups, stats."""
-        pooling = pool_cells(self.law.probs, max(1, self.result.n), MIN_EXPECTED)
+        pooling = self.pooling
         return {
             "name": self.law.name,
             "target": self.law.target,
@@ -109,8 +109,10 @@ def judge_members(
     records = []
     for law in laws:
         observed = tuple(int(c) for c in counts[law.name])
-        result = g_test(law.name, observed, law.probs, MIN_EXPECTED)
-        records.append(MemberRecord(law, observed, result))
+        # Pooled once, for the test and the receipt (g_test_pooled refuses n < 1 itself).
+        pooling = pool_cells(law.probs, max(1, sum(observed)), MIN_EXPECTED)
+        result = g_test_pooled(law.name, observed, pooling)
+        records.append(MemberRecord(law, observed, pooling, result))
     return records, holm([record.result for record in records], alpha)
 
 

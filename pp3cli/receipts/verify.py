@@ -33,7 +33,7 @@ from pp3cli.receipts.write import (
     PARTIAL_SUFFIX,
     RECEIPT_NAME,
     SCHEMA_VERSION,
-    canonical_json,
+    canonical_json_of_parsed,
     predicate_type,
     sha256_hex,
 )
@@ -174,7 +174,7 @@ def _check_manifest(
             continue
         file = parsed["file"]
         problems = faults.setdefault(file, [])
-        if canonical_json(parsed, finite=True) != line:
+        if canonical_json_of_parsed(parsed) != line:
             problems.append(f"manifest {where} is not canonical JSON")
         if parsed["seq"] != line_no:
             problems.append(
@@ -425,7 +425,7 @@ def verify_receipts(receipts_dir: Path, *, root: Path, strict: bool = False) -> 
             result.fail(f"not strict JSON: {err}")
             continue
         try:
-            canonical = canonical_json(statement, finite=True) + b"\n"
+            canonical = canonical_json_of_parsed(statement) + b"\n"
         except ValueError as err:
             result.fail(f"not canonical JSON: {err}")
             continue

@@ -47,6 +47,7 @@ __all__ = [
     "RECEIPT_KINDS",
     "SCHEMA_VERSION",
     "canonical_json",
+    "canonical_json_of_parsed",
     "manifest_line",
     "predicate_type",
     "supersede_entries",
@@ -88,16 +89,26 @@ def _refuse_non_finite(obj: Any, path: str) -> None:
         raise ValueError(f"non-finite number {obj!r} at {path}: receipts hold finite JSON")
 
 
-def canonical_json(obj: Any, *, finite: bool = False) -> bytes:
+def canonical_json(obj: Any) -> bytes:
     """Canonical bytes: orjson, keys sorted, compact, UTF-8; NaN/inf refused (ValueError).
 
     Keys must be strings; integers must fit in 64 bits (orjson's range). numpy arrays and
-    scalars serialise as their values. ``finite=True`` skips the walk that refuses NaN/inf
-    (orjson would write them as null): only for values a parser that refuses them built
-    (``verify.strict_loads``), where the walk costs most of a large receipt's check.
+    scalars serialise as their values.
     """
-    if not finite:
-        _refuse_non_finite(obj, "$")
+    _refuse_non_finite(obj, "$")
+    return _dumps(obj)
+
+
+def canonical_json_of_parsed(parsed: Any) -> bytes:
+    """``canonical_json`` of a value ``verify.strict_loads`` built, without the walk that
+    refuses NaN/inf: that parser already refused them (as literals and as overflowing
+    numbers), and the walk costs most of a large receipt's check. Any other value goes
+    through ``canonical_json``, whose walk is what keeps NaN out (orjson writes it as null).
+    """
+    return _dumps(parsed)
+
+
+def _dumps(obj: Any) -> bytes:
     try:
         return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
     except TypeError as err:

@@ -15,7 +15,13 @@ import pytest
 
 from pp3cli.receipts import write as receipts
 from pp3cli.receipts.sources import git_state, source_digests
-from pp3cli.receipts.write import SCHEMA_VERSION, canonical_json, write_receipt
+from pp3cli.receipts.verify import strict_loads
+from pp3cli.receipts.write import (
+    SCHEMA_VERSION,
+    canonical_json,
+    canonical_json_of_parsed,
+    write_receipt,
+)
 from pp3cli.run.errors import Pp3Error
 from pp3cli.run.scratch import repo_root
 
@@ -60,6 +66,16 @@ def test_canonical_json_sorts_keys_and_is_compact() -> None:
 def test_canonical_json_refuses_non_finite_naming_the_path(value: object, where: str) -> None:
     with pytest.raises(ValueError, match=re.escape(where)):
         canonical_json(value)
+
+
+def test_canonical_json_of_parsed_is_canonical_json_of_what_strict_loads_admits() -> None:
+    raw = b'{"b": [1, 2.5e300, -0.0, {"z": null}], "a": "\\u00e9", "n": -7}'
+    parsed = strict_loads(raw)
+    assert canonical_json_of_parsed(parsed) == canonical_json(parsed)
+    # What the skipped walk would have caught never gets this far: the parser refuses it.
+    for bad in (b'{"p": NaN}', b'{"p": -Infinity}', b'{"p": 1e999}'):
+        with pytest.raises(ValueError):
+            strict_loads(bad)
 
 
 def test_canonical_json_refuses_non_string_keys() -> None:
