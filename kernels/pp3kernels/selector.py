@@ -142,7 +142,10 @@ class LaunchPlan:
     1 runs, read the inputs that do not depend on it, then wait for it (griddepcontrol).
     With tma (flat_rows plans; honoured where ``reads_by_tma`` says the device and the
     logits' layout allow it), phase 1 reads its whole chunks as [flat_rows, groups,
-    block_v] boxes of the tensor memory accelerator instead of pointer loads.
+    block_v] boxes of the tensor memory accelerator instead of pointer loads. With
+    kind_order (flat_rows plans), phase 1 takes the rows of each flat_rows requests in kind
+    order, T1 requests first, so that mixed batches run blocks of one kind; blocks of a
+    group holding both kinds then read with pointer loads (their rows are not consecutive).
     """
 
     block_b: int
@@ -156,6 +159,7 @@ class LaunchPlan:
     finish_warps: int = 4  # warps of the phase-2 launches (rescan and finish)
     overlap: bool = False  # phase 2 starts during phase 1 (programmatic dependent launch)
     tma: bool = False  # phase 1 reads whole chunks through the tensor memory accelerator
+    kind_order: bool = False  # phase 1 takes flat rows T1 first, T0 after, per flat_rows requests
 
 
 def slot_axis(support: int) -> int:
@@ -256,6 +260,9 @@ def plan_launch(
         # 1.1-1.2x with pointer loads (bench/NOTES.md, eleventh session); from
         # _TMA_BATCH requests on, where the whole selector gained (twelfth session).
         tma=batch >= _TMA_BATCH,
+        # Rows in kind order: mixed batches run sampled-only and greedy-only blocks
+        # (bench/NOTES.md, step 17).
+        kind_order=True,
     )
 
 
@@ -335,6 +342,7 @@ def launch_constants(
         "GROUPS": plan.groups,
         "OVERLAP": overlap,
         "TMA": tma,
+        "KIND_ORDER": bool(plan.flat_rows) and plan.kind_order,
     }
     phase2: dict[str, int | bool] = {
         **shape,

@@ -1582,24 +1582,24 @@ def test_interpreter_plan_respects_tritons_tile_limit(
 
 
 # (batch, rows, vocab, interpreter) -> (block_b, block_v, nsplit, chunk, num_warps, block_f,
-# and where set flat_rows, groups, finish_warps, overlap, tma):
+# and where set flat_rows, groups, finish_warps, overlap, tma, kind_order):
 # the launch shapes measured on the H200 (bench/NOTES.md) and the interpreter's, pinned so
 # that a refactor of plan_launch cannot change them unnoticed.
 PINNED_PLANS: dict[tuple[int, int, int, bool], tuple[int, ...]] = {
-    (1, 6, 129_280, False): (1, 256, 64, 2048, 8, 2048, 8, 2, 8, True, False),
-    (64, 6, 129_280, False): (1, 128, 64, 2048, 4, 2048, 8, 4, 8, True, False),
-    (16, 6, 129_280, False): (1, 128, 64, 2048, 4, 2048, 8, 4, 8, True, False),
-    (256, 6, 129_280, False): (1, 128, 64, 2048, 4, 2048, 8, 4, 8, True, True),
-    (15, 6, 129_280, False): (1, 256, 64, 2048, 8, 2048, 8, 2, 8, True, False),
-    (4, 2, 129_280, False): (1, 1024, 64, 2048, 8, 2048, 2, 2, 8, True, False),
-    (4, 1, 129_280, False): (1, 2048, 64, 2048, 8, 2048, 1, 2, 8, True, False),
-    (4, 33, 129_280, False): (1, 64, 64, 2048, 8, 2048, 64, 2, 8, True, False),
+    (1, 6, 129_280, False): (1, 256, 64, 2048, 8, 2048, 8, 2, 8, True, False, True),
+    (64, 6, 129_280, False): (1, 128, 64, 2048, 4, 2048, 8, 4, 8, True, False, True),
+    (16, 6, 129_280, False): (1, 128, 64, 2048, 4, 2048, 8, 4, 8, True, False, True),
+    (256, 6, 129_280, False): (1, 128, 64, 2048, 4, 2048, 8, 4, 8, True, True, True),
+    (15, 6, 129_280, False): (1, 256, 64, 2048, 8, 2048, 8, 2, 8, True, False, True),
+    (4, 2, 129_280, False): (1, 1024, 64, 2048, 8, 2048, 2, 2, 8, True, False, True),
+    (4, 1, 129_280, False): (1, 2048, 64, 2048, 8, 2048, 1, 2, 8, True, False, True),
+    (4, 33, 129_280, False): (1, 64, 64, 2048, 8, 2048, 64, 2, 8, True, False, True),
     (4, 6, 1000, False): (1, 1024, 1, 1024, 4, 1024),
     (4, 6, 5, False): (1, 16, 1, 16, 4, 16),
     (4, 6, 300, False): (1, 512, 1, 512, 4, 512),
-    (4, 6, 1025, False): (1, 256, 1, 2048, 8, 2048, 8, 2, 8, True, False),
-    (4, 6, 600_000, False): (1, 256, 196, 3072, 8, 1024, 8, 2, 8, True, False),
-    (4, 6, 2_000_000, False): (1, 256, 245, 8192, 8, 1024, 8, 2, 8, True, False),
+    (4, 6, 1025, False): (1, 256, 1, 2048, 8, 2048, 8, 2, 8, True, False, True),
+    (4, 6, 600_000, False): (1, 256, 196, 3072, 8, 1024, 8, 2, 8, True, False, True),
+    (4, 6, 2_000_000, False): (1, 256, 245, 8192, 8, 1024, 8, 2, 8, True, False, True),
     (1, 1, 1, True): (1, 1, 1, 1, 4, 1),
     (20_000, 3, 6, True): (8192, 8, 1, 8, 4, 8),
     (128, 3, 1000, True): (128, 1024, 1, 1024, 4, 1024),

@@ -317,6 +317,45 @@ def test_tma_boxes_give_the_pointer_loads_bits(batch: int, q: str, greedy: float
     assert torch.equal(got.status, want.status)
 
 
+@pytest.mark.parametrize(
+    ("batch", "q", "pattern"),
+    [
+        (4, "point", "alternate"),
+        (64, "dense", "random"),
+        (64, "sparse", "alternate"),
+        (256, "point", "alternate"),  # TMA: every group mixed, all through pointer loads
+        (256, "point", "halves"),  # TMA: pure groups through boxes, one group mixed
+        (1024, "point", "random"),
+        (1000, "point", "alternate"),  # the last group short (1000 = 125 groups of 8)
+    ],
+)
+def test_kind_ordered_rows_give_the_flat_order_bits(batch: int, q: str, pattern: str) -> None:
+    """Phase 1's rows in kind order (LaunchPlan.kind_order, the plan's default on a GPU)
+    equal the flat order bit for bit, with and without TMA boxes: T0 requests every other
+    one, at random (half), or the first half of the batch."""
+    support = 64 if q == "sparse" else 1
+    args = _make_large(
+        batch=batch, drafts=5, vocab=VOCAB, seed=71 * batch, q=q, device=DEVICE, support=support
+    )
+    tau = args["temperature"].clamp(min=0.3)
+    generator = torch.Generator(device=DEVICE).manual_seed(batch)
+    if pattern == "alternate":
+        tau[1::2] = 0.0
+    elif pattern == "halves":
+        tau[: batch // 2 + 3] = 0.0
+    else:
+        tau[torch.rand(batch, generator=generator, device=DEVICE) < 0.5] = 0.0
+    args["temperature"] = tau
+    plan = plan_launch(batch, 6, VOCAB, interpreter=False, support=support, dense=q == "dense")
+    assert plan.kind_order
+    got = verify_chain(**args, validate=False, plan=plan)
+    want = verify_chain(**args, validate=False, plan=replace(plan, kind_order=False))
+    assert torch.equal(got.tokens, want.tokens)
+    assert torch.equal(got.accepted, want.accepted)
+    assert torch.equal(got.status, want.status)
+    assert int((args["temperature"] == 0).sum()) not in (0, batch)
+
+
 @pytest.mark.parametrize(("batch", "support"), [(4, 8), (4, 64), (64, 1024), (4, 4096)])
 def test_wide_support_agrees_with_reference_at_full_vocabulary(batch: int, support: int) -> None:
     """Sparse q past 4 slots draws through the scratch row (``_scatter_residuals``), and
