@@ -87,6 +87,10 @@ _LARGE_BATCH = 16
 # Checked again at 80 registers (step 16, fourteenth session): at B64 T0 38.7 -> 36.0 but
 # T1 39.6 -> 41.3 and spread-mixed 41.4 -> 46.1, so the line stays.
 _TMA_BATCH = 256
+# From this many requests on, phase 1 takes each group's rows in kind order (step 17: at
+# B256 / B1024 spread-mixed batches ran 9.6% / 11.2% faster and all-T1 ones 4.8% / 4.0%
+# slower; below 256 every case lost 0.5-6% (bench/NOTES.md).
+_KIND_ORDER_BATCH = 256
 _TILE_ELEMENTS_LARGE_BATCH = 1024
 _NUM_WARPS_LARGE_BATCH = 4
 _TILE_ELEMENTS = 2048
@@ -261,8 +265,8 @@ def plan_launch(
         # _TMA_BATCH requests on, where the whole selector gained (twelfth session).
         tma=batch >= _TMA_BATCH,
         # Rows in kind order: mixed batches run sampled-only and greedy-only blocks
-        # (bench/NOTES.md, step 17).
-        kind_order=True,
+        # (bench/NOTES.md, step 17), from _KIND_ORDER_BATCH requests on.
+        kind_order=batch >= _KIND_ORDER_BATCH,
     )
 
 

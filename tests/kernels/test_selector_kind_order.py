@@ -24,26 +24,30 @@ from pp3kernels.selector import LaunchPlan, launch_constants, plan_launch
 
 @triton.jit
 def _rows_kernel(
-    temp_ptr, req_ptr, row_ptr, mask_ptr, pure_ptr, B, K: tl.constexpr, R: tl.constexpr
+    temp_ptr, req_ptr, row_ptr, mask_ptr, kinds_ptr, B, K: tl.constexpr, R: tl.constexpr
 ):
-    """Stores ``_kind_ordered_rows`` for the block of program p (rows p R to p R + R - 1)."""
+    """Stores ``_kind_ordered_rows`` for the block of program p (rows p R to p R + R - 1);
+    kinds: (pure, any_t1, any_t0) per block."""
     pid = tl.program_id(0)
-    req, row, mask_r, pure = chain._kind_ordered_rows(temp_ptr, pid * R, B, K, R)
+    req, row, mask_r, pure, any_t1, any_t0 = chain._kind_ordered_rows(temp_ptr, pid * R, B, K, R)
     offs = pid * R + tl.arange(0, R)
     tl.store(req_ptr + offs, req)
     tl.store(row_ptr + offs, row)
     tl.store(mask_ptr + offs, mask_r.to(tl.int32))
-    tl.store(pure_ptr + pid, pure.to(tl.int32))
+    tl.store(kinds_ptr + 3 * pid, pure.to(tl.int32))
+    tl.store(kinds_ptr + 3 * pid + 1, any_t1)
+    tl.store(kinds_ptr + 3 * pid + 2, any_t0)
 
 
 def _ordered_rows(temperature: torch.Tensor, k: int, block: int) -> list[Any]:
-    """(req, row, mask, pure) per block of ``block`` rows over the whole flat batch."""
+    """(req, row, mask, kinds) over the whole flat batch, ``block`` rows a block; kinds:
+    [blocks, 3] of (pure, any_t1, any_t0)."""
     batch = temperature.shape[0]
     blocks = -(-batch * (k + 1) // block)
     req, row, mask = (torch.full((blocks * block,), -9, dtype=torch.int32) for _ in range(3))
-    pure = torch.full((blocks,), -9, dtype=torch.int32)
-    _rows_kernel[(blocks,)](temperature, req, row, mask, pure, batch, k, block)
-    return [req, row, mask, pure]
+    kinds = torch.full((blocks * 3,), -9, dtype=torch.int32)
+    _rows_kernel[(blocks,)](temperature, req, row, mask, kinds, batch, k, block)
+    return [req, row, mask, kinds.view(blocks, 3)]
 
 
 def _expected_rows(temperature: torch.Tensor, k: int, block: int) -> list[tuple[int, int]]:
@@ -90,7 +94,7 @@ def test_kind_ordered_rows_are_a_stable_partition_of_each_group(
         temperature[3] = 0.0
     elif pattern == "nan":
         temperature[::3] = float("nan")
-    req, row, mask, pure = _ordered_rows(temperature, k, block)
+    req, row, mask, kinds = _ordered_rows(temperature, k, block)
     want = _expected_rows(temperature, k, block)
     got = [(int(r), int(i)) if m else (-1, -1) for r, i, m in zip(req, row, mask, strict=True)]
     assert got == want
@@ -99,10 +103,15 @@ def test_kind_ordered_rows_are_a_stable_partition_of_each_group(
     assert seen == [(r, i) for r in range(batch) for i in range(k + 1)]
     # pure: the block's group holds one kind, and then its rows are the flat order's.
     rows = k + 1
-    for b, flag in enumerate(pure.tolist()):
+    # any_t1 / any_t0: the block holds a T1 / a T0 row (from the group's counts).
+    for b, (flag, any_t1, any_t0) in enumerate(kinds.tolist()):
         group_start = b * block // (block * rows) * block
-        kinds = {float(t) > 0 for t in temperature[group_start : group_start + block]}
-        assert flag == int(len(kinds) == 1), (b, kinds)
+        in_group = {float(t) > 0 for t in temperature[group_start : group_start + block]}
+        assert flag == int(len(in_group) == 1), (b, in_group)
+        in_block = {
+            float(temperature[r]) > 0 for r, _ in got[b * block : (b + 1) * block] if r >= 0
+        }
+        assert (any_t1, any_t0) == (int(True in in_block), int(False in in_block)), (b, in_block)
         if flag:
             flat = [(f // rows, f % rows) for f in range(b * block, (b + 1) * block)]
             assert got[b * block : (b + 1) * block] == [
@@ -168,10 +177,13 @@ def test_greedy_ties_in_kind_ordered_blocks_take_the_lowest_id() -> None:
     assert (ordered.tokens[1::2, 0] == 3).all()
 
 
-def test_the_gpu_plans_order_rows_by_kind_and_the_interpreter_plans_do_not() -> None:
-    for batch in (1, 4, 64, 256, 1024):
+def test_the_gpu_plans_order_rows_by_kind_from_256_requests_and_the_interpreter_plans_do_not() -> (
+    None
+):
+    for batch in (1, 4, 64, 255, 256, 1024):
         plan = plan_launch(batch, 6, 129_280, interpreter=False)
-        assert plan.kind_order and plan.flat_rows == 8
-        assert launch_constants(plan, 6, 0, 1, overlap=False)[0]["KIND_ORDER"] is True
+        assert plan.kind_order == (batch >= 256) and plan.flat_rows == 8
+        constants = launch_constants(plan, 6, 0, 1, overlap=False)[0]
+        assert constants["KIND_ORDER"] is (batch >= 256)
     interp = plan_launch(4, 6, 129_280, interpreter=True)
     assert launch_constants(interp, 6, 0, 1, overlap=False)[0]["KIND_ORDER"] is False

@@ -437,7 +437,8 @@ def _greedy_row_argmax(
 
 @triton.jit
 def _kind_ordered_rows(temp_ptr, first_row, B, K: tl.constexpr, BLOCK_R: tl.constexpr):
-    """(req, row, mask_r, pure) of the BLOCK_R flat rows from ``first_row`` on, in kind order.
+    """(req, row, mask_r, pure, any_t1, any_t0) of the BLOCK_R flat rows from ``first_row``
+    on, in kind order.
 
     The batch is cut into groups of BLOCK_R consecutive requests (BLOCK_R (K+1) rows: whole
     blocks, since BLOCK_R divides it). Within a group the requests are taken T1 first,
@@ -447,36 +448,45 @@ def _kind_ordered_rows(temp_ptr, first_row, B, K: tl.constexpr, BLOCK_R: tl.cons
     alternate. Virtual row f of the group is row f % (K+1) of the (f // (K+1))-th request
     in that order; rows past the batch are masked. ``pure``: the group holds one kind
     only, so the order is the flat one and the block's rows are consecutive (TMA boxes
-    may read them). Every row's statistics are the same whichever block computes them, so
-    the order changes no output, only which loop a block runs."""
+    may read them). ``any_t1`` / ``any_t0`` (int32 0/1): the block holds a T1 / T0 row;
+    its ranks lo..hi hold T1 requests below n_t1 (the group's T1 count) and T0 ones from
+    n_t1 on, so both come from scalars, not from the rows' temperatures: the loop a block
+    runs, and its first loads, wait for one round of scalar loads only. Every row's
+    statistics are the same whichever block computes them, so the order changes no
+    output, only which loop a block runs."""
     ROWS: tl.constexpr = K + 1
     group = first_row // (BLOCK_R * ROWS)
-    local = first_row - group * (BLOCK_R * ROWS) + tl.arange(0, BLOCK_R)
-    rank = local // ROWS  # the row's request, counted in kind order within the group
+    local0 = first_row - group * (BLOCK_R * ROWS)
+    rank = (local0 + tl.arange(0, BLOCK_R)) // ROWS  # the rows' places in kind order
     first_req = group * BLOCK_R
-    # Scalar work only (every thread computes it alike: no reduction, no barrier): the T1
-    # requests take places 0, 1, ... in request order, then the T0 ones after all of them.
+    # Scalar work only (every thread computes it alike: no reduction, no barrier). One
+    # load per request, kept as bits (t1_bits bit j: request first_req + j is T1).
     n_valid = tl.minimum(B - first_req, BLOCK_R)
+    t1_bits = 0
+    for j in tl.static_range(BLOCK_R):
+        tau = tl.load(temp_ptr + first_req + j, mask=n_valid > j, other=0.0)
+        t1_bits |= ((n_valid > j) & (tau > 0.0)).to(tl.int32) << j  # _temperature's test
+    # The T1 requests take places 0, 1, ... in request order, the T0 ones the places after.
     pick = tl.full([BLOCK_R], -1, dtype=tl.int32)
     n_t1 = 0
     for j in tl.static_range(BLOCK_R):
-        valid = n_valid > j
-        tau = tl.load(temp_ptr + first_req + j, mask=valid, other=0.0)
-        t1 = valid & (tau > 0.0)  # _temperature's test: tau > 0 is T1
+        t1 = ((t1_bits >> j) & 1) != 0
         pick = tl.where(t1 & (rank == n_t1), j, pick)
         n_t1 += t1.to(tl.int32)
     n_t0 = 0
-    for j in tl.static_range(BLOCK_R):  # the same loads again (cached): the T0 places
-        valid = n_valid > j
-        tau = tl.load(temp_ptr + first_req + j, mask=valid, other=0.0)
-        t0 = valid & ~(tau > 0.0)
+    for j in tl.static_range(BLOCK_R):
+        t0 = (n_valid > j) & (((t1_bits >> j) & 1) == 0)
         pick = tl.where(t0 & (rank == n_t1 + n_t0), j, pick)
         n_t0 += t0.to(tl.int32)
     mask_r = pick >= 0
     req = first_req + tl.maximum(pick, 0)
-    row = local % ROWS
+    row = (local0 + tl.arange(0, BLOCK_R)) % ROWS
     pure = (n_t1 == 0) | (n_t1 == n_valid)
-    return req, row, mask_r, pure
+    lo = local0 // ROWS
+    hi = tl.minimum((local0 + BLOCK_R - 1) // ROWS, n_valid - 1)
+    any_t1 = (lo < n_t1).to(tl.int32)
+    any_t0 = (hi >= tl.maximum(lo, n_t1)).to(tl.int32)
+    return req, row, mask_r, pure, any_t1, any_t0
 
 
 # NSPLIT stays a runtime value even when it is 1: one code path for every split count.
@@ -544,7 +554,9 @@ def chain_stats_kernel(
     # are loaded together so that their latencies overlap.
     offs_r = tl.arange(0, BLOCK_R)
     if FLAT and KIND_ORDER:
-        req, row, mask_r, in_order = _kind_ordered_rows(temp_ptr, pid_b * BLOCK_R, B, K, BLOCK_R)
+        req, row, mask_r, in_order, any_t1, any_t0 = _kind_ordered_rows(
+            temp_ptr, pid_b * BLOCK_R, B, K, BLOCK_R
+        )
     elif FLAT:
         flat = pid_b * BLOCK_R + offs_r
         req = flat // (K + 1)
@@ -555,15 +567,17 @@ def chain_stats_kernel(
         row = offs_r % R
         mask_r = (req < B) & (row <= K)
     req64 = req.to(tl.int64)
-    # (A kind-ordered block reads its rows' temperatures again: an L1 hit. Taking them from
-    # _kind_ordered_rows instead cost the TMA program 16 registers, 80 -> 96, statically.)
+    # (A kind-ordered block reads its rows' temperatures again, an L1 hit off the path to
+    # its first loads. Taking them from _kind_ordered_rows instead cost the TMA program 16
+    # registers, 80 -> 96, statically.)
     tau_r = tl.load(temp_ptr + req, mask=mask_r, other=0.0)
     t1_r, inv_tau_r = _temperature(tau_r)
     row_off = req64 * stride_lb + row.to(tl.int64) * stride_lk
     chunk_start = pid_s * CHUNK
     chunk_end = tl.minimum(chunk_start + CHUNK, V)
-    any_t1 = tl.max((t1_r & mask_r).to(tl.int32), axis=0)
-    any_t0 = tl.max((~t1_r & mask_r).to(tl.int32), axis=0)
+    if not (FLAT and KIND_ORDER):
+        any_t1 = tl.max((t1_r & mask_r).to(tl.int32), axis=0)
+        any_t0 = tl.max((~t1_r & mask_r).to(tl.int32), axis=0)
     if TMA:
         flat0 = pid_b * BLOCK_R
         args = (logits_desc, flat0, logits_ptr, row_off, chunk_start, chunk_end, stride_lv)
