@@ -14,6 +14,8 @@
 #   gate     pytest -m gpu ARGS in the foreground; the call stops here if they fail (so that
 #            no receipt of the later stages comes from code that failed its GPU tests); with
 #            a cold Triton cache `gate -k test_selector_gpu` takes ~300 s (2026-12-01)
+#   require  python3 ARGS; the call stops here if it fails (e.g. bench/ab_decide.py on the
+#            call's A/B, $OUT/selector_ab-1.json: the later stages run only for a winner)
 #   wait     wait for the background tests (before a timing stage)
 #   qualify  pp3 qualify --profile strict ARGS with the call's remaining time (a strict run
 #            takes ~310-370 s with the Triton cache of an earlier strict run carried, and
@@ -91,6 +93,11 @@ while [ $# -gt 0 ]; do
       gate_rc=${PIPESTATUS[0]}
       say "gate exit $gate_rc"
       [ "$gate_rc" = 0 ] || { say "gate failed: stopping"; exit 1; } ;;
+    require)
+      timeout 60 python3 "${args[@]}" 2>&1 | tail -20 | tee -a "$log"
+      require_rc=${PIPESTATUS[0]}
+      say "require exit $require_rc"
+      [ "$require_rc" = 0 ] || { say "requirement not met: stopping"; exit 1; } ;;
     wait)
       if [ -n "$tests_pid" ]; then wait "$tests_pid"; tests_pid=; say "tests done"; fi
       tail -5 "$OUT/pytest_gpu.log" 2>/dev/null | tee -a "$log" ;;

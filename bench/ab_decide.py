@@ -1,0 +1,48 @@
+"""A decision rule written before an A/B runs, applied to its result inside the same device
+call, so that the stages after it run only for a candidate that won:
+
+    python3 bench/ab_decide.py RESULT.json [--max-case R] [--max-total R]
+
+RESULT.json: what bench/selector_ab.py wrote. Exit 0 when every case's outputs were
+identical, no case's new/base ratio exceeds --max-case (default 1.02) and the sum of the
+new medians over the sum of the base medians does not exceed --max-total (default 1.0);
+exit 1 otherwise, with the reason. bench/device_session.sh's `require` stage stops the
+call on a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("result", type=Path)
+    parser.add_argument("--max-case", type=float, default=1.02)
+    parser.add_argument("--max-total", type=float, default=1.0)
+    args = parser.parse_args()
+    rows = json.loads(args.result.read_text())["rows"]
+    if not rows:
+        print("no cases in the A/B: no decision")
+        return 1
+    failures = [f"{r['case']}: outputs differ" for r in rows if not r["identical"]]
+    failures += [
+        f"{r['case']}: {r['ratio']:.3f} > {args.max_case}"
+        for r in rows
+        if r["ratio"] > args.max_case
+    ]
+    total = sum(r["new_us"] for r in rows) / sum(r["base_us"] for r in rows)
+    if total > args.max_total:
+        failures.append(f"total {total:.4f} > {args.max_total}")
+    print(f"{len(rows)} cases, total new/base {total:.4f}")
+    for failure in failures:
+        print("LOSES:", failure)
+    print("decision:", "keep" if not failures else "drop")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
