@@ -554,10 +554,6 @@ def chain_stats_kernel(
     # are loaded together so that their latencies overlap.
     offs_r = tl.arange(0, BLOCK_R)
     if FLAT and KIND_ORDER:
-        # The flat rows' temperatures, loaded beside the order's (not after it): in a group
-        # of one kind the order is the flat one, and they are the rows' own.
-        flat_req = (pid_b * BLOCK_R + offs_r) // (K + 1)
-        tau_flat = tl.load(temp_ptr + flat_req, mask=flat_req < B, other=0.0)
         req, row, mask_r, in_order, any_t1, any_t0 = _kind_ordered_rows(
             temp_ptr, pid_b * BLOCK_R, B, K, BLOCK_R
         )
@@ -571,16 +567,10 @@ def chain_stats_kernel(
         row = offs_r % R
         mask_r = (req < B) & (row <= K)
     req64 = req.to(tl.int64)
-    if FLAT and KIND_ORDER:
-        # A block of a group holding both kinds reads its rows' temperatures again, after
-        # the order (an L1 hit). Taking them from _kind_ordered_rows instead cost the TMA
-        # program 16 registers, 80 -> 96, statically.
-        if in_order:
-            tau_r = tau_flat
-        else:
-            tau_r = tl.load(temp_ptr + req, mask=mask_r, other=0.0)
-    else:
-        tau_r = tl.load(temp_ptr + req, mask=mask_r, other=0.0)
+    # (A kind-ordered block reads its rows' temperatures again, an L1 hit off the path to
+    # its first loads. Taking them from _kind_ordered_rows instead cost the TMA program 16
+    # registers, 80 -> 96, statically.)
+    tau_r = tl.load(temp_ptr + req, mask=mask_r, other=0.0)
     t1_r, inv_tau_r = _temperature(tau_r)
     row_off = req64 * stride_lb + row.to(tl.int64) * stride_lk
     chunk_start = pid_s * CHUNK
