@@ -15,6 +15,11 @@ calls rotating over enough input sets to exceed 2 x L2, median of 100 replays), 
            runs for dense q only)
 - finish   full minus the two above
 
+With ``--point B ...``, point drafts instead: all T1, all T0 and spread-mixed (every other
+request T0) at the given batch sizes (what phase 2 costs beside phase 1 where phase 1 is
+most of the call). Run beside another package with ``PYTHONPATH=FOLDER`` (it imports the
+first pp3kernels on the path, and prints which).
+
 The no-op launches are module globals of pp3kernels.selector swapped for the timing only
 (bench/phase_timings.py does the same for the finish launch). Prints one table last.
 """
@@ -80,30 +85,35 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cpu", action="store_true", help="smoke test in the interpreter")
     parser.add_argument("--only", nargs="+", metavar="WORD", help="cases naming one of these")
+    parser.add_argument("--point", nargs="+", type=int, metavar="B", help="point-draft batches")
     args = parser.parse_args()
+    print("pp3kernels from", selector.__file__, flush=True)
     device, vocab = ("cpu", 3000) if args.cpu else ("cuda", 129_280)
     l2 = 60 << 20 if args.cpu else torch.cuda.get_device_properties(0).L2_cache_size
     forms = ("sparse64", "dense") if args.cpu else ("sparse64", "sparse1024", "sparse4096", "dense")
+    if args.point:
+        plan = [(b, temps, "point") for b in args.point for temps in ("T1", "T0", "mix")]
+    else:
+        plan = [(b, "T1", q) for b in ((4,) if args.cpu else (4, 64)) for q in forms]
     rows = []
-    for batch in (4,) if args.cpu else (4, 64):
-        for q in forms:
-            name = f"B{batch} {q}"
-            if args.only and not any(word in name for word in args.only):
-                continue
-            sets = input_sets(batch, vocab, l2, cpu=args.cpu)
-            inputs = [make_inputs(batch, "T1", q, i, vocab, device) for i in range(sets)]
-            check = verify_chain(**inputs[0], validate=False)
-            ok = int((check.status == 0).sum())
-            calls = [lambda a=a: verify_chain(**a, validate=False) for a in inputs]
-            full = time_calls(calls, args.cpu)
-            with without("_chain_rescan_kernel", "_chain_finish_kernel"):
-                stats = time_calls(calls, args.cpu)
-            with without("_chain_finish_kernel"):  # about 0 where no rescan launch runs
-                rescan = time_calls(calls, args.cpu) - stats
-            finish = full - stats - rescan
-            rows.append((name, full, stats, rescan, finish, ok, batch, sets))
-            print(f"{name}: full {full:.2f} us, stats {stats:.2f}, rescan {rescan:.2f}", flush=True)
-            del inputs, calls
+    for batch, temps, q in plan:
+        name = f"B{batch} {q}" if temps == "T1" and q != "point" else f"B{batch} {temps} {q}"
+        if args.only and not any(word in name for word in args.only):
+            continue
+        sets = input_sets(batch, vocab, l2, cpu=args.cpu)
+        inputs = [make_inputs(batch, temps, q, i, vocab, device) for i in range(sets)]
+        check = verify_chain(**inputs[0], validate=False)
+        ok = int((check.status == 0).sum())
+        calls = [lambda a=a: verify_chain(**a, validate=False) for a in inputs]
+        full = time_calls(calls, args.cpu)
+        with without("_chain_rescan_kernel", "_chain_finish_kernel"):
+            stats = time_calls(calls, args.cpu)
+        with without("_chain_finish_kernel"):  # about 0 where no rescan launch runs
+            rescan = time_calls(calls, args.cpu) - stats
+        finish = full - stats - rescan
+        rows.append((name, full, stats, rescan, finish, ok, batch, sets))
+        print(f"{name}: full {full:.2f} us, stats {stats:.2f}, rescan {rescan:.2f}", flush=True)
+        del inputs, calls
     print(f"{'case':16s} {'full':>9s} {'stats':>9s} {'rescan':>9s} {'finish':>9s}  ok  sets")
     for name, full, stats, rescan, finish, ok, batch, sets in rows:
         print(

@@ -2,10 +2,11 @@
 
 Run on the device machine from the repository root:
 
-    python3 bench/selector_ab.py --base PATH [--out DIR] [--rounds N] [--only WORD ...]
+    python3 bench/selector_ab.py --base PATH [--new PATH] [--out DIR] [--rounds N] [--only WORD ...]
 
 PATH is a folder holding an older copy of the package (PATH/pp3kernels/); the other side
-("new") is this tree's kernels/. Smoke test of the script itself, on a CPU:
+("new") is this tree's kernels/, or --new's folder (so that one device call can set several
+candidates against one base). Smoke test of the script itself, on a CPU:
 
     TRITON_INTERPRET=1 python3 bench/selector_ab.py --base PATH --cpu
 
@@ -215,6 +216,9 @@ def run_worker(side: str, package_root: Path, cpu: bool, only: list[str] | None)
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--base", type=Path, help="folder holding the older pp3kernels/")
+    parser.add_argument(
+        "--new", type=Path, default=ROOT / "kernels", help="folder holding the candidate's"
+    )
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cpu", action="store_true", help="smoke test in the interpreter")
@@ -224,9 +228,11 @@ def main() -> int:
     if args.worker:
         worker(args.cpu, args.worker, args.only)
         return 0
-    if args.base is None or not (args.base / "pp3kernels" / "__init__.py").is_file():
-        parser.error("--base must be a folder holding a pp3kernels package")
-    roots = {"base": args.base.resolve(), "new": ROOT / "kernels"}
+    for side in ("base", "new"):
+        root = getattr(args, side)
+        if root is None or not (root / "pp3kernels" / "__init__.py").is_file():
+            parser.error(f"--{side} must be a folder holding a pp3kernels package, not {root}")
+    roots = {"base": args.base.resolve(), "new": args.new.resolve()}
     runs: dict[str, list[dict[str, Any]]] = {"base": [], "new": []}
     for round_index in range(args.rounds):
         for side in ("base", "new"):
