@@ -89,8 +89,14 @@ _LARGE_BATCH = 16
 _TMA_BATCH = 256
 # From this many requests on, phase 1 takes each group's rows in kind order (step 17: at
 # B256 / B1024 spread-mixed batches ran 9.6% / 11.2% faster and all-T1 ones 4.8% / 4.0%
-# slower; below 256 every case lost 0.5-6% (bench/NOTES.md).
+# slower; below 256 every case lost 0.5-6%) (bench/NOTES.md).
 _KIND_ORDER_BATCH = 256
+# From this many requests on, chunks of _LONG_CHUNK tokens: 8 phase-1 steps a program
+# instead of 4, so that what a program does outside its loop is paid half as often
+# (sixteenth session's A/B at B256 / B1024: T1 -5.2% / -7.6%, T0 -3.5% / -1.2%, spread-mixed
+# -3.9% / -7.9%; from 64 requests, with pointer loads, B64 T0 gained 6%, T1 and mixed 0).
+_LONG_CHUNK_BATCH = 256
+_LONG_CHUNK = 4096
 _TILE_ELEMENTS_LARGE_BATCH = 1024
 _NUM_WARPS_LARGE_BATCH = 4
 _TILE_ELEMENTS = 2048
@@ -235,7 +241,8 @@ def plan_launch(
     else:
         tile, warps, groups = _TILE_ELEMENTS, _NUM_WARPS_SMALL_BATCH, _GROUPS
     block_v = max(_MIN_BLOCK_V, tile // r)
-    chunk = max(_CHUNK, triton.cdiv(triton.cdiv(vocab, _MAX_SPLITS), _DRAW_TILE) * _DRAW_TILE)
+    shortest = _LONG_CHUNK if batch >= _LONG_CHUNK_BATCH else _CHUNK
+    chunk = max(shortest, triton.cdiv(triton.cdiv(vocab, _MAX_SPLITS), _DRAW_TILE) * _DRAW_TILE)
     nsplit = triton.cdiv(vocab, chunk)
     # Phase 1 tiles R consecutive rows of the flat B * (K+1) rows: the same [R, block_v]
     # tile as one request's rows padded to R, without the padding rows (K = 5: 6 of 8).

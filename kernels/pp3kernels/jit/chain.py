@@ -457,7 +457,8 @@ def _kind_ordered_rows(temp_ptr, first_row, B, K: tl.constexpr, BLOCK_R: tl.cons
     ROWS: tl.constexpr = K + 1
     group = first_row // (BLOCK_R * ROWS)
     local0 = first_row - group * (BLOCK_R * ROWS)
-    rank = (local0 + tl.arange(0, BLOCK_R)) // ROWS  # the rows' places in kind order
+    local = local0 + tl.arange(0, BLOCK_R)  # the rows' virtual rows in the group
+    rank = local // ROWS  # their requests' places in kind order
     first_req = group * BLOCK_R
     # Scalar work only (every thread computes it alike: no reduction, no barrier). One
     # load per request, kept as bits (t1_bits bit j: request first_req + j is T1).
@@ -480,7 +481,7 @@ def _kind_ordered_rows(temp_ptr, first_row, B, K: tl.constexpr, BLOCK_R: tl.cons
         n_t0 += t0.to(tl.int32)
     mask_r = pick >= 0
     req = first_req + tl.maximum(pick, 0)
-    row = (local0 + tl.arange(0, BLOCK_R)) % ROWS
+    row = local % ROWS
     pure = (n_t1 == 0) | (n_t1 == n_valid)
     lo = local0 // ROWS
     hi = tl.minimum((local0 + BLOCK_R - 1) // ROWS, n_valid - 1)
