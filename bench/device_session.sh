@@ -67,6 +67,7 @@ python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >/tmp/i
 export PP3_SCRATCH=/tmp/pp3-scratch PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=$PWD/.triton-cache
 mkdir -p receipts "$TRITON_CACHE_DIR"
 [ -f .triton-cache.tgz ] && tar -xzf .triton-cache.tgz -C "$TRITON_CACHE_DIR"
+[ -f .triton-cache-new.tgz ] && tar -xzf .triton-cache-new.tgz -C "$TRITON_CACHE_DIR"
 marker=$(mktemp)
 log=$OUT/session.log
 say() { echo "== [$(elapsed)s] $*" | tee -a "$log"; }
@@ -147,12 +148,24 @@ say "receipts returned: $(tr '\n' ' ' </tmp/new-receipts)"
 # limit: it did not come back). Past ~30 MB it no longer travels beside FlashInfer's 26 MB
 # of wheels within the 64 MiB a call carries; start a fresh one (carry none) after a kernel
 # change if it has grown that far.
+# Past that, only the kernels this call compiled return (the entries newer than the call's
+# start), as triton-cache-new.tgz.part*: join them into .triton-cache-new.tgz, which the next
+# call unpacks after .triton-cache.tgz (both travel, so keep them under the 64 MiB).
 tar -czf /tmp/triton-cache.tgz -C "$TRITON_CACHE_DIR" .
 cache_bytes=$(stat -c %s /tmp/triton-cache.tgz)
 if [ "$cache_bytes" -le $(( 45 * 1024 * 1024 )) ]; then
   split -b 15m -d /tmp/triton-cache.tgz "$OUT/triton-cache.tgz.part" && ls -la "$OUT"/triton-cache.tgz.part*
 else
-  say "Triton cache of $cache_bytes bytes: too large to return"
+  (cd "$TRITON_CACHE_DIR" && find . -mindepth 1 -maxdepth 1 -type d -newer "$marker" -printf '%f\n') \
+    >/tmp/new-cache
+  tar -czf /tmp/triton-cache-new.tgz -C "$TRITON_CACHE_DIR" -T /tmp/new-cache
+  new_bytes=$(stat -c %s /tmp/triton-cache-new.tgz)
+  if [ "$new_bytes" -le $(( 30 * 1024 * 1024 )) ]; then
+    split -b 15m -d /tmp/triton-cache-new.tgz "$OUT/triton-cache-new.tgz.part"
+    say "Triton cache of $cache_bytes bytes: returned its $(wc -l </tmp/new-cache) new entries ($new_bytes bytes)"
+  else
+    say "Triton cache of $cache_bytes bytes, $new_bytes new: too large to return"
+  fi
 fi
 returned=$(find "$OUT" -type f | wc -l)
 [ "$returned" -le 8 ] || say "WARNING: $returned files under \$OUT; a call returns 8 at most"
