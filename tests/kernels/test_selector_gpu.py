@@ -522,6 +522,50 @@ def test_statuses_at_full_vocabulary(all_greedy: bool, tma: bool) -> None:
     _statuses(VOCAB, DEVICE, all_greedy=all_greedy, tma=tma)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_greedy_only_boxes_see_a_nan_in_any_group_at_full_vocabulary(dtype: torch.dtype) -> None:
+    """The plan at B = 256 (TMA boxes of [4 groups, 8 rows, 128 tokens], 8 steps a chunk of
+    4096): all-T0 blocks take each step's max over its groups NaN-propagating, in the logits'
+    dtype. Triton's interpreter propagates NaN through every max, so only a GPU can show a
+    NaN lost there: one NaN per request, at every (group, step) of a chunk, in different
+    chunks and rows and in the tail chunk, the row's max before or after it; those requests
+    are NAN, the others as the reference."""
+    batch, drafts = 256, 5
+    plan = plan_launch(batch, drafts + 1, VOCAB, interpreter=False)
+    assert plan.tma and plan.kind_order and (plan.groups, plan.block_v) == (4, 128)
+    generator = torch.Generator(device=DEVICE).manual_seed(23)
+    shape = (batch, drafts + 1, VOCAB)
+    logits = (torch.randn(shape, generator=generator, device=DEVICE) * 3).to(dtype)
+    step = plan.groups * plan.block_v
+    places = [  # (request, row, token)
+        (8 * s + g, (s + g) % (drafts + 1), c * plan.chunk + s * step + g * plan.block_v + 7 * g)
+        for c, s, g in ((c, s, g) for c in (0, 17) for s in range(plan.chunk // step)
+                        for g in range(plan.groups))
+        if c == 0 or s % 3 == 0
+    ]  # fmt: skip
+    places = [(i, row, token) for i, (_, row, token) in enumerate(places)]
+    places.append((len(places), 1, VOCAB - 5))  # the tail chunk
+    for i, row, token in places:
+        logits[i, row, token + (9 if i % 2 else -9)] = 40.0  # the row's max, after or before
+        logits[i, row, token] = float("nan")
+    argmax = logits.float().nan_to_num(nan=-1.0).argmax(dim=-1)
+    args: Args = {
+        "logits": logits,
+        "draft_tokens": argmax[:, :drafts].to(torch.int32),
+        "temperature": torch.zeros(batch, device=DEVICE),
+        "seed": torch.arange(batch, device=DEVICE, dtype=torch.int64),
+        "position": torch.zeros(batch, device=DEVICE, dtype=torch.int64),
+    }
+    assert reads_by_tma(plan, logits)
+    got = verify_chain(**args)
+    want = reference_verify_chain(**args)
+    for name, x, y in zip(ChainResult._fields, got, want, strict=True):
+        assert torch.equal(x, y), f"{name} differs from the reference"
+    nan_requests = len(places)
+    assert got.status[:nan_requests].tolist() == [STATUS_NAN] * nan_requests
+    assert bool((got.status[nan_requests:] == STATUS_OK).all())
+
+
 def _pooled_g_test(observed: torch.Tensor, p: torch.Tensor) -> float:
     """G-test with cells pooled in id order from the exact expected counts (each >= 20)."""
     possible = p > 0

@@ -204,3 +204,49 @@ def test_greedy_only_ties_take_the_lowest_id(groups: int, tma: bool) -> None:
     _assert_same(got, _reference(args), args)
     for i, (_, _, first) in enumerate(patterns):
         assert int(got.tokens[i, 0]) == first, patterns[i]
+
+
+@pytest.mark.parametrize("tma", [False, True], ids=["pointers", "tma"])
+@pytest.mark.parametrize("groups", [2, 4])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"]
+)
+def test_greedy_only_blocks_see_a_nan_in_any_group_of_a_step(
+    dtype: torch.dtype, groups: int, tma: bool
+) -> None:
+    """All-T0 blocks take a step's max over its groups in the logits' dtype, NaN-propagating,
+    and test each lane's max for NaN once, at the end: a NaN in any group of any step, before
+    or after its row's max, in a chunk read by boxes or in the tail, makes its request NAN
+    and no other. Lanes of 16 bytes (a TMA box row's least), chunks of two steps of 4
+    groups (two chunks read by boxes), a tail of 8 tokens."""
+    lanes = 16 // torch.empty((), dtype=dtype).element_size()
+    step = lanes * groups
+    chunk = 8 * lanes
+    vocab = 2 * chunk + 8
+    nans = [g * lanes + 1 for g in range(groups)]  # each group of step 0, lane 1
+    nans += [step + g * lanes + 3 for g in range(groups)]  # each group of step 1, lane 3
+    nans += [chunk + 8 * lanes - 2, vocab - 3]  # the second chunk's last token; the tail
+    batch = len(nans) + 2
+    generator = torch.Generator().manual_seed(groups)
+    logits = (torch.rand((batch, 2, vocab), generator=generator) - 2.0).to(dtype)
+    for i, token in enumerate(nans):
+        logits[i, i % 2, (token + (5 if i % 2 else -5)) % vocab] = 3.0  # the max: after, before
+        logits[i, i % 2, token] = float("nan")
+    drafts = torch.full((batch, 1), vocab - 1, dtype=torch.int32)
+    q_ids, q_counts = point_mass_q(drafts, 16)
+    args = dict(
+        logits=logits,
+        draft_tokens=drafts,
+        temperature=torch.zeros(batch),
+        seed=torch.arange(batch, dtype=torch.int64),
+        position=torch.zeros(batch, dtype=torch.int64),
+        q_ids=q_ids,
+        q_counts=q_counts,
+        denominator=16,
+    )
+    plan = _plan(chunk=chunk, nsplit=3, block_v=lanes, flat_rows=8, groups=groups, tma=tma)
+    assert reads_by_tma(plan, logits) == tma
+    got = _kernel(args, plan=plan)
+    _assert_same(got, _reference(args), args)
+    assert got.status[: len(nans)].tolist() == [STATUS_NAN] * len(nans)
+    assert got.status[len(nans) :].tolist() == [STATUS_OK] * 2
