@@ -525,11 +525,11 @@ def test_statuses_at_full_vocabulary(all_greedy: bool, tma: bool) -> None:
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 def test_greedy_only_boxes_see_a_nan_in_any_group_at_full_vocabulary(dtype: torch.dtype) -> None:
     """The plan at B = 256 (TMA boxes of [4 groups, 8 rows, 128 tokens], 8 steps a chunk of
-    4096): all-T0 blocks take each step's max over its groups NaN-propagating, in the logits'
-    dtype. Triton's interpreter propagates NaN through every max, so only a GPU can show a
-    NaN lost there: one NaN per request, at every (group, step) of a chunk, in different
-    chunks and rows and in the tail chunk, the row's max before or after it; those requests
-    are NAN, the others as the reference."""
+    4096): all-T0 blocks take each step's max over its groups, which on the GPU ignores
+    NaN (Triton's interpreter propagates it through every max), beside a NaN test of the
+    step's tokens: one NaN per request, at every (group, step) of a chunk, in different
+    chunks and rows and in the tail chunk, the row's max before or after it; those
+    requests are NAN, the others as the reference."""
     batch, drafts = 256, 5
     plan = plan_launch(batch, drafts + 1, VOCAB, interpreter=False)
     assert plan.tma and plan.kind_order and (plan.groups, plan.block_v) == (4, 128)

@@ -214,10 +214,10 @@ def test_greedy_only_ties_take_the_lowest_id(groups: int, tma: bool) -> None:
 def test_greedy_only_blocks_see_a_nan_in_any_group_of_a_step(
     dtype: torch.dtype, groups: int, tma: bool
 ) -> None:
-    """All-T0 blocks take a step's max over its groups in the logits' dtype, NaN-propagating,
-    and test each lane's max for NaN once, at the end: a NaN in any group of any step, before
-    or after its row's max, in a chunk read by boxes or in the tail, makes its request NAN
-    and no other. Lanes of 16 bytes (a TMA box row's least), chunks of two steps of 4
+    """All-T0 blocks keep per lane the max over a step's groups (on the GPU a max ignores
+    NaN) and a NaN test of the step's tokens: a NaN in any group of any step, before or
+    after its row's max, in a chunk read by boxes or in the tail, makes its request NAN and
+    no other. Lanes of 16 bytes (a TMA box row's least), chunks of two steps of 4
     groups (two chunks read by boxes), a tail of 8 tokens."""
     lanes = 16 // torch.empty((), dtype=dtype).element_size()
     step = lanes * groups

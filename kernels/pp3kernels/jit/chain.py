@@ -233,31 +233,6 @@ def _group_first_argmax(x, lane_ids, run_max, run_arg):
 
 
 @triton.jit
-def _max_nan(a, b):
-    """max(a, b) in their own dtype, NaN where either is NaN. Computed on fp32 copies (exact:
-    a max is one of its operands; Triton's interpreter has no bf16 arithmetic), which the
-    compiler narrows back to the logits' dtype (bf16 pairs on sm_90)."""
-    m = tl.maximum(a.to(tl.float32), b.to(tl.float32), propagate_nan=tl.PropagateNan.ALL)
-    return m.to(a.dtype)
-
-
-@triton.jit
-def _group_max_nan(x):
-    """The max over the groups of a [rows, GROUPS, BLOCK_V] tile, in its own dtype, NaN
-    where a group's token is NaN (GROUPS 2 or 4): pairwise maxima of the groups, which every
-    thread holds for its lanes (no data leaves the thread)."""
-    rows: tl.constexpr = x.shape[0]
-    groups: tl.constexpr = x.shape[1]
-    lanes: tl.constexpr = x.shape[2]
-    y = tl.permute(x, (0, 2, 1))  # [rows, BLOCK_V, GROUPS]
-    if groups == 4:
-        a, b = tl.split(tl.reshape(y, [rows, lanes, 2, 2]))
-        y = _max_nan(a, b)
-    a, b = tl.split(y)
-    return _max_nan(a, b)
-
-
-@triton.jit
 def _finite(x):
     return (x != float("-inf")) & (x != float("inf"))
 
@@ -376,16 +351,14 @@ def _chunk_statistics(
 
     Sampled rows: folded into each lane with one rescale and no NaN test per element (a NaN
     shows in its lane's sum); the first argmax only where the block also holds greedy rows
-    (never read for T1 rows). Greedy rows only: per lane the max over a step's groups and
-    over the steps, NaN-propagating and in the logits' dtype (``_group_max_nan``, exact),
-    and in run_arg the first step that raised the lane's max (strict >, so a later tie
-    keeps the earlier step; -1 if none), from which ``_greedy_row_argmax`` finds the row's
-    first argmax. Per element that is one max (on bf16 pairs: half an instruction); the
-    compare and select are per lane and step, and the NaN test is per lane, once: a NaN
-    anywhere in the lane leaves its max NaN (no later compare raises it, so its step stops
-    there, and the row ends NAN whatever its statistics). Triton's interpreter propagates
-    NaN through every max, so only the GPU tests can show a NaN lost in this loop
-    (test_greedy_only_boxes_see_a_nan_in_any_group_at_full_vocabulary).
+    (never read for T1 rows). Greedy rows only: per lane the max over a step's groups, a
+    NaN test, and in run_arg the first step that raised the lane's max (strict >, so a
+    later tie keeps the earlier step; -1 if none), from which ``_greedy_row_argmax`` finds
+    the row's first argmax. Per element that is a conversion, a max and a NaN test (on
+    bf16 pairs); the argmax's compares and selects are per lane and step, not per element.
+    (A step's max ignores NaN on the GPU and is NaN in Triton's interpreter, where numpy's
+    maximum propagates it; either way the NaN test flags the row and its request ends as
+    NAN, whatever its statistics.)
     """
     lane = tl.arange(0, BLOCK_V)
     offs_g = tl.arange(0, GROUPS)[None, :, None] * BLOCK_V + lane[None, None, :]
@@ -414,19 +387,16 @@ def _chunk_statistics(
                 run_max, run_sum = _sampled_group_update(x, tile_max, run_max, run_sum, scale)
         run_nan = run_sum != run_sum
     else:
-        # In the logits' dtype (bf16: two lanes an instruction), converted once at the end.
-        # (Made by a conversion: Triton's interpreter has no bf16 constants.)
-        lane_max = run_max.to(logits_ptr.dtype.element_ty)
         run_step = tl.full([BLOCK_R, BLOCK_V], -1, dtype=tl.int32)
         for v0 in tl.range(0, CHUNK, GROUPS * BLOCK_V, num_stages=STAGES):
+            x = _step_tile(source, chunk_start + v0, BLOCK_V, FROM_DESC).to(tl.float32)
             # Built-in reductions only: Triton's interpreter runs a custom tl.reduce element by
             # element (a NaN-propagating max here took CI's greedy tests from 2 s to 30-140 s).
-            tile_max = _group_max_nan(_step_tile(source, chunk_start + v0, BLOCK_V, FROM_DESC))
-            gt = tile_max.to(tl.float32) > lane_max.to(tl.float32)  # a bf16 compare on sm_90
+            tile_max = tl.max(x, axis=1)
+            run_nan = run_nan | (tl.max((x != x).to(tl.int32), axis=1) != 0)
+            gt = tile_max > run_max
             run_step = tl.where(gt, v0, run_step)
-            lane_max = _max_nan(lane_max, tile_max)
-        run_max = lane_max.to(tl.float32)
-        run_nan = run_max != run_max
+            run_max = tl.where(gt, tile_max, run_max)
         run_arg = run_step
     return run_max, run_sum, run_arg, run_nan
 
