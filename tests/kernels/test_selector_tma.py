@@ -157,6 +157,24 @@ def test_statuses_under_tma_boxes(dtype: torch.dtype, greedy_share: float) -> No
     assert int(got.status[8]) == STATUS_OK
 
 
+def _greedy_only_args(logits: torch.Tensor) -> dict[str, Any]:
+    """An all-T0 batch over ``logits`` [B, 2, V] with one point-mass draft each, V - 1 (never
+    a row max in these tests)."""
+    batch, _, vocab = logits.shape
+    drafts = torch.full((batch, 1), vocab - 1, dtype=torch.int32)
+    q_ids, q_counts = point_mass_q(drafts, 16)
+    return dict(
+        logits=logits,
+        draft_tokens=drafts,
+        temperature=torch.zeros(batch),
+        seed=torch.arange(batch, dtype=torch.int64),
+        position=torch.zeros(batch, dtype=torch.int64),
+        q_ids=q_ids,
+        q_counts=q_counts,
+        denominator=16,
+    )
+
+
 @pytest.mark.parametrize("tma", [False, True], ids=["pointers", "tma"])
 @pytest.mark.parametrize("groups", [2, 4])
 def test_greedy_only_ties_take_the_lowest_id(groups: int, tma: bool) -> None:
@@ -186,18 +204,7 @@ def test_greedy_only_ties_take_the_lowest_id(groups: int, tma: bool) -> None:
         if value == 0.0:
             logits[i, 0, ids[1]] = -0.0
     logits[len(patterns) - 1, 0, :32] = NEG  # the first chunk all -inf
-    drafts = torch.full((batch, 1), vocab - 1, dtype=torch.int32)  # never a row max
-    q_ids, q_counts = point_mass_q(drafts, 16)
-    args = dict(
-        logits=logits,
-        draft_tokens=drafts,
-        temperature=torch.zeros(batch),
-        seed=torch.arange(batch, dtype=torch.int64),
-        position=torch.zeros(batch, dtype=torch.int64),
-        q_ids=q_ids,
-        q_counts=q_counts,
-        denominator=16,
-    )
+    args = _greedy_only_args(logits)
     plan = _plan(chunk=32, nsplit=2, block_v=lanes, flat_rows=8, groups=groups, tma=tma)
     assert reads_by_tma(plan, logits) == tma
     got = _kernel(args, plan=plan)
@@ -232,18 +239,7 @@ def test_greedy_only_blocks_see_a_nan_in_any_group_of_a_step(
     for i, token in enumerate(nans):
         logits[i, i % 2, (token + (5 if i % 2 else -5)) % vocab] = 3.0  # the max: after, before
         logits[i, i % 2, token] = float("nan")
-    drafts = torch.full((batch, 1), vocab - 1, dtype=torch.int32)
-    q_ids, q_counts = point_mass_q(drafts, 16)
-    args = dict(
-        logits=logits,
-        draft_tokens=drafts,
-        temperature=torch.zeros(batch),
-        seed=torch.arange(batch, dtype=torch.int64),
-        position=torch.zeros(batch, dtype=torch.int64),
-        q_ids=q_ids,
-        q_counts=q_counts,
-        denominator=16,
-    )
+    args = _greedy_only_args(logits)
     plan = _plan(chunk=chunk, nsplit=3, block_v=lanes, flat_rows=8, groups=groups, tma=tma)
     assert reads_by_tma(plan, logits) == tma
     got = _kernel(args, plan=plan)
