@@ -19,7 +19,7 @@ import triton.language as tl
 from test_selector import _assert_same, _kernel, _make, _reference
 
 from pp3kernels.jit import chain
-from pp3kernels.selector import LaunchPlan, launch_constants, plan_launch
+from pp3kernels.selector import LaunchPlan, launch_constants, plan_launch, reads_by_tma
 
 
 @triton.jit
@@ -119,12 +119,16 @@ def test_kind_ordered_rows_are_a_stable_partition_of_each_group(
             ]
 
 
-def _plan(*, kind_order: bool, tma: bool, flat_rows: int, groups: int = 2) -> LaunchPlan:
+def _plan(
+    *, kind_order: bool, tma: bool, flat_rows: int, groups: int = 2, long: bool = False
+) -> LaunchPlan:
+    """Chunks of 16 tokens drawn in one tile; ``long``: the GPU's plan from 256 requests on
+    in miniature (4 groups, 2 steps a chunk of 64, the draw walking 4 tiles of 16)."""
     return LaunchPlan(
         block_b=1,
         block_v=8,
-        nsplit=3,
-        chunk=16,
+        nsplit=2 if long else 3,
+        chunk=64 if long else 16,
         num_warps=4,
         block_f=16,
         flat_rows=flat_rows,
@@ -134,8 +138,8 @@ def _plan(*, kind_order: bool, tma: bool, flat_rows: int, groups: int = 2) -> La
     )
 
 
-# (form, dtype, greedy share, batch, drafts, flat_rows, tma)
-_CASES = [
+# (form, dtype, greedy share, batch, drafts, flat_rows, tma[, long])
+_CASES: list[tuple[Any, ...]] = [
     ("point", torch.bfloat16, 0.5, 13, 5, 8, False),  # K+1 = 6: groups of 48 rows
     ("point", torch.bfloat16, 0.5, 13, 5, 8, True),  # TMA boxes in pure groups only
     ("sparse", torch.float32, 0.3, 9, 3, 4, True),
@@ -143,22 +147,26 @@ _CASES = [
     ("none", torch.float32, 0.5, 10, 0, 2, True),  # K = 0
     ("sparse", torch.bfloat16, 1.0, 6, 3, 8, True),  # greedy only: the flat order
     ("point", torch.float32, 0.0, 6, 3, 8, True),  # sampled only
+    ("point", torch.bfloat16, 0.5, 13, 5, 8, True, True),  # the B >= 256 plan in miniature
+    ("sparse", torch.float32, 0.4, 11, 3, 8, True, True),
 ]
 
 
 @pytest.mark.parametrize(
-    "case", _CASES, ids=lambda c: f"{c[0]}-t0:{c[2]}-B{c[3]}-K{c[4]}-tma:{c[6]}"
+    "case", _CASES, ids=lambda c: f"{c[0]}-t0:{c[2]}-B{c[3]}-K{c[4]}-tma:{c[6]}-long:{c[7:]}"
 )
 def test_kind_order_gives_the_flat_order_bits_and_the_reference(case: tuple[Any, ...]) -> None:
-    form, dtype, greedy, batch, drafts, flat_rows, tma = case
+    form, dtype, greedy, batch, drafts, flat_rows, tma = case[:7]
+    long = len(case) > 7 and case[7]
+    shape = {"tma": tma, "flat_rows": flat_rows, "long": long, "groups": 4 if long else 2}
     args = _make(
-        batch=batch, drafts=drafts, vocab=40, seed=batch + 7 * drafts, q=form, dtype=dtype,
-        greedy_share=greedy,
+        batch=batch, drafts=drafts, vocab=120 if long else 40, seed=batch + 7 * drafts, q=form,
+        dtype=dtype, greedy_share=greedy,
     )  # fmt: skip
-    ordered = _kernel(args, plan=_plan(kind_order=True, tma=tma, flat_rows=flat_rows))
-    _assert_same(
-        ordered, _kernel(args, plan=_plan(kind_order=False, tma=tma, flat_rows=flat_rows)), args
-    )
+    plan = _plan(kind_order=True, **shape)
+    assert reads_by_tma(plan, args["logits"]) == tma and (plan.chunk > plan.block_f) == long
+    ordered = _kernel(args, plan=plan)
+    _assert_same(ordered, _kernel(args, plan=_plan(kind_order=False, **shape)), args)
     _assert_same(ordered, _reference(args), args)
 
 
