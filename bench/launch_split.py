@@ -11,8 +11,8 @@ calls rotating over enough input sets to exceed 2 x L2, median of 100 replays), 
 
 - full     verify_chain(validate=False)
 - stats    phase 1 alone (the later launches replaced by no-ops)
-- rescan   phase 1 + chain_rescan_kernel, minus stats (about 0 where it does not run: it
-           runs for dense q only)
+- rescan   phase 1 + chain_rescan_kernel, minus stats (dense q only, the one q form that
+           launches it; 0 for the others, not timed)
 - finish   full minus the two above
 
 With ``--point B ...``, point drafts instead: all T1, all T0 and spread-mixed (every other
@@ -108,8 +108,10 @@ def main() -> int:
         full = time_calls(calls, args.cpu)
         with without("_chain_rescan_kernel", "_chain_finish_kernel"):
             stats = time_calls(calls, args.cpu)
-        with without("_chain_finish_kernel"):  # about 0 where no rescan launch runs
-            rescan = time_calls(calls, args.cpu) - stats
+        rescan = 0.0  # only dense q launches the rescan
+        if q == "dense":
+            with without("_chain_finish_kernel"):
+                rescan = time_calls(calls, args.cpu) - stats
         finish = full - stats - rescan
         rows.append((name, full, stats, rescan, finish, ok, batch, sets))
         print(f"{name}: full {full:.2f} us, stats {stats:.2f}, rescan {rescan:.2f}", flush=True)

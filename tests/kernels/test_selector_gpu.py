@@ -537,15 +537,14 @@ def test_greedy_only_boxes_see_a_nan_in_any_group_at_full_vocabulary(dtype: torc
     shape = (batch, drafts + 1, VOCAB)
     logits = (torch.randn(shape, generator=generator, device=DEVICE) * 3).to(dtype)
     step = plan.groups * plan.block_v
-    places = [  # (request, row, token)
-        (8 * s + g, (s + g) % (drafts + 1), c * plan.chunk + s * step + g * plan.block_v + 7 * g)
-        for c, s, g in ((c, s, g) for c in (0, 17) for s in range(plan.chunk // step)
-                        for g in range(plan.groups))
+    places = [  # (row, token), request i holding the i-th: every (step, group) of chunk 0,
+        # every third step's groups of chunk 17
+        ((s + g) % (drafts + 1), c * plan.chunk + s * step + g * plan.block_v + 7 * g)
+        for c in (0, 17) for s in range(plan.chunk // step) for g in range(plan.groups)
         if c == 0 or s % 3 == 0
     ]  # fmt: skip
-    places = [(i, row, token) for i, (_, row, token) in enumerate(places)]
-    places.append((len(places), 1, VOCAB - 5))  # the tail chunk
-    for i, row, token in places:
+    places.append((1, VOCAB - 5))  # the tail chunk
+    for i, (row, token) in enumerate(places):
         logits[i, row, token + (9 if i % 2 else -9)] = 40.0  # the row's max, after or before
         logits[i, row, token] = float("nan")
     argmax = logits.float().nan_to_num(nan=-1.0).argmax(dim=-1)

@@ -375,9 +375,9 @@ def test_each_case_names_the_selector_plan_it_was_timed_with() -> None:
     assert large["tma"] is False and large["kind_order"] is False
     wide = probe_cases.ProbeCase(256, 5, 129280, "bf16", "point", 0, 64)
     # TMA boxes, rows in kind order and chunks of 4096 tokens from 256 requests on
-    assert probe.selector_plan(wide)["tma"] is True
-    assert probe.selector_plan(wide)["kind_order"] is True
-    assert (probe.selector_plan(wide)["chunk"], probe.selector_plan(wide)["nsplit"]) == (4096, 32)
+    wide_plan = probe.selector_plan(wide)
+    assert wide_plan["tma"] is True and wide_plan["kind_order"] is True
+    assert (wide_plan["chunk"], wide_plan["nsplit"]) == (4096, 32)
     assert (large["chunk"], large["nsplit"]) == (2048, 64)
     # Given the device, what a call did there: on the CPU no overlap, and TMA boxes only in
     # Triton's interpreter (which runs that path too).
