@@ -6,8 +6,8 @@ With ``LaunchPlan.tma`` and flat rows, phase 1 reads every whole chunk as
 chunk with pointer loads; where the device or the logits' layout does not allow it
 (``reads_by_tma``), everything is read with pointer loads. Either way the outputs must be
 the pointer plan's bit for bit, and the reference's. Greedy-only blocks keep per lane the
-max over a step's groups and the first step that raised it, then read that one step again
-for the row's first argmax: ties must still give the lowest id.
+max and its first index (the lowest group holding a step's max, where it beats the lane's
+max): ties must still give the lowest id.
 """
 
 from __future__ import annotations
@@ -178,8 +178,8 @@ def _greedy_only_args(logits: torch.Tensor) -> dict[str, Any]:
 @pytest.mark.parametrize("tma", [False, True], ids=["pointers", "tma"])
 @pytest.mark.parametrize("groups", [2, 4])
 def test_greedy_only_ties_take_the_lowest_id(groups: int, tma: bool) -> None:
-    """All-T0 blocks (per lane: the max over a step's groups and the first step that raised
-    it; the row's first argmax read again from the earliest such step): a row max held by
+    """All-T0 blocks (per lane: the max and its first index, from each step's lowest group
+    holding the step's max, taken where it beats the lane's max): a row max held by
     several ids gives the lowest, whether they sit in one lane's groups of one step, in one
     lane across steps, in different lanes of one step or of different steps, in different
     chunks, or are -0.0 and +0.0; a chunk of only -inf gives its row's max to the other.

@@ -9,9 +9,9 @@ running statistics, reduced across lanes once per row and written as the chunk's
 Every program loads GROUPS tiles a step. Programs holding sampled rows fold them into each
 lane with one rescale (max m, sum of exp2((l - m) log2(e)/tau), one exponential per
 element; a NaN shows as a NaN lane sum), plus the first argmax where the block also holds
-greedy rows; greedy-only programs keep per lane the max over the groups, a NaN flag and
-the step that first raised the max, and read one step again at the end for each row's
-first argmax (``_greedy_row_argmax``). On sm_90+ the whole chunks of rows that flatten to
+greedy rows; greedy-only programs keep per lane the max, its first index and a NaN flag
+(under TMA plans: the first index from the step's group argmax, ``_group_first_argmax``,
+so that no tile is read twice). On sm_90+ the whole chunks of rows that flatten to
 [B (K+1), V] come in as TMA boxes (``_step_tile``), the rest through pointer loads.
 
 Phase 2, ``chain_finish_kernel`` (one program per request block):
@@ -351,14 +351,15 @@ def _chunk_statistics(
 
     Sampled rows: folded into each lane with one rescale and no NaN test per element (a NaN
     shows in its lane's sum); the first argmax only where the block also holds greedy rows
-    (never read for T1 rows). Greedy rows only: per lane the max over a step's groups, a
-    NaN test, and in run_arg the first step that raised the lane's max (strict >, so a
-    later tie keeps the earlier step; -1 if none), from which ``_greedy_row_argmax`` finds
-    the row's first argmax. Per element that is a conversion, a max and a NaN test (on
-    bf16 pairs); the argmax's compares and selects are per lane and step, not per element.
-    (A step's max ignores NaN on the GPU and is NaN in Triton's interpreter, where numpy's
-    maximum propagates it; either way the NaN test flags the row and its request ends as
-    NAN, whatever its statistics.)
+    (never read for T1 rows). Greedy rows only: per lane the max, a NaN test of every
+    token, and in run_arg the lane's first argmax: the step's max over its groups with the
+    lowest group holding it (``_group_first_argmax``), taken where it beats the lane's max
+    (strict >, so a later tie keeps the earlier token). (v5 step 12 kept the first step
+    instead and read that step's tile again after the chunk, one dependent load a
+    program: with chunks of 4096 that re-read cost 11% of a greedy B256 call, bench/NOTES.md,
+    sixteenth session.) A step's max ignores NaN on the GPU and is NaN in Triton's
+    interpreter, where numpy's maximum propagates it; either way the NaN test flags the
+    row and its request ends as NAN, whatever its statistics.
     """
     lane = tl.arange(0, BLOCK_V)
     offs_g = tl.arange(0, GROUPS)[None, :, None] * BLOCK_V + lane[None, None, :]
@@ -387,52 +388,14 @@ def _chunk_statistics(
                 run_max, run_sum = _sampled_group_update(x, tile_max, run_max, run_sum, scale)
         run_nan = run_sum != run_sum
     else:
-        run_step = tl.full([BLOCK_R, BLOCK_V], -1, dtype=tl.int32)
         for v0 in tl.range(0, CHUNK, GROUPS * BLOCK_V, num_stages=STAGES):
             x = _step_tile(source, chunk_start + v0, BLOCK_V, FROM_DESC).to(tl.float32)
             # Built-in reductions only: Triton's interpreter runs a custom tl.reduce element by
             # element (a NaN-propagating max here took CI's greedy tests from 2 s to 30-140 s).
-            tile_max = tl.max(x, axis=1)
             run_nan = run_nan | (tl.max((x != x).to(tl.int32), axis=1) != 0)
-            gt = tile_max > run_max
-            run_step = tl.where(gt, v0, run_step)
-            run_max = tl.where(gt, tile_max, run_max)
-        run_arg = run_step
+            tile_max, run_arg = _group_first_argmax(x, chunk_start + v0 + lane, run_max, run_arg)
+            run_max = tl.maximum(run_max, tile_max)
     return run_max, run_sum, run_arg, run_nan
-
-
-@triton.jit
-def _greedy_row_argmax(
-    logits_ptr,
-    row_off,
-    run_max,
-    run_step,
-    row_max,
-    mask_r,
-    chunk_start,
-    chunk_end,
-    stride_lv,
-    BLOCK_V: tl.constexpr,
-    GROUPS: tl.constexpr,
-):
-    """Each row's first argmax in a greedy-only chunk, from ``_chunk_statistics``' per-lane
-    max and first step that raised it (-1: never) and the chunk's ``row_max``.
-
-    The first token p* equal to the row max lies in the step s* where its lane first rose
-    to it, and any other lane holding the max rose to it at s* or later: so s* is the
-    earliest step among the lanes that hold the max, and p* is the first token of that
-    step's tile equal to it. That one tile is read again (from L2: the chunk was just read)
-    and searched. A chunk where no lane rose (all -inf, NaN or masked) gives _BIG_INDEX."""
-    hold = (run_max == row_max[:, None]) & (run_step >= 0)
-    step = tl.min(tl.where(hold, run_step, _BIG_INDEX), axis=1)
-    found = mask_r & (step < _BIG_INDEX)
-    offs_g = tl.arange(0, GROUPS)[None, :, None] * BLOCK_V + tl.arange(0, BLOCK_V)[None, None, :]
-    # Steps start at multiples of GROUPS * BLOCK_V: the tile's loads stay vectorised.
-    start = tl.multiple_of(chunk_start + tl.where(found, step, 0), GROUPS * BLOCK_V)
-    ids = start[:, None, None] + offs_g
-    x = _load_groups(logits_ptr, row_off, ids, found, chunk_end, stride_lv).to(tl.float32)
-    first = tl.min(tl.min(tl.where(x == row_max[:, None, None], ids, _BIG_INDEX), axis=2), axis=1)
-    return tl.where(found, first, _BIG_INDEX)
 
 
 @triton.jit
@@ -604,22 +567,7 @@ def chain_stats_kernel(
                 *args, mask_r, inv_tau_r, any_t1, any_t0, CHUNK, BLOCK_R, BLOCK_V, GROUPS, False, 1
             )
         row_max, row_sum = _combine_max_sum(run_max, run_sum, inv_tau_r[:, None], 1)
-        if any_t1 == 0:  # run_arg holds each lane's first step at its max
-            row_arg = _greedy_row_argmax(
-                logits_ptr,
-                row_off,
-                run_max,
-                run_arg,
-                row_max,
-                mask_r,
-                chunk_start,
-                chunk_end,
-                stride_lv,
-                BLOCK_V,
-                GROUPS,
-            )
-        else:
-            row_arg = _first_argmax(run_max, run_arg, row_max, 1)
+        row_arg = _first_argmax(run_max, run_arg, row_max, 1)
     else:
         run_max, run_sum, run_arg, run_nan = _pointer_lane_statistics(
             logits_ptr,
