@@ -17,6 +17,9 @@
 #   require  python3 ARGS; the call stops here if it fails (e.g. bench/ab_decide.py on the
 #            call's A/B, $OUT/selector_ab-1.json: the later stages run only for a winner)
 #   wait     wait for the background tests (before a timing stage)
+#   need     N: end the call here (returning what it made) unless N seconds of its time are
+#            left, so that a long stage (a strict qualify, ~380 s) is not started only to be
+#            cut by the call's limit, which loses its receipt
 #   qualify  pp3 qualify --profile strict ARGS with the call's remaining time (a strict run
 #            takes ~310-370 s with the Triton cache of an earlier strict run carried, and
 #            passed a 400 s limit without it on 2026-12-01: carry .triton-cache.tgz)
@@ -99,6 +102,8 @@ while [ $# -gt 0 ]; do
       require_rc=${PIPESTATUS[0]}
       say "require exit $require_rc"
       [ "$require_rc" = 0 ] || { say "requirement not met: stopping"; exit 1; } ;;
+    need)
+      if [ "$(left)" -lt "${args[0]}" ]; then say "need ${args[0]} s, $(left) s left: ending the call"; break; fi ;;
     wait)
       if [ -n "$tests_pid" ]; then wait "$tests_pid"; tests_pid=; say "tests done"; fi
       tail -5 "$OUT/pytest_gpu.log" 2>/dev/null | tee -a "$log" ;;
