@@ -1,13 +1,15 @@
 """A decision rule written before an A/B runs, applied to its result inside the same device
 call, so that the stages after it run only for a candidate that won:
 
-    python3 bench/ab_decide.py RESULT.json [--max-case R] [--max-total R]
+    python3 bench/ab_decide.py RESULT.json [--max-case R] [--max-total R] [--at-most CASE R ...]
 
 RESULT.json: what bench/selector_ab.py wrote. Exit 0 when every case's outputs were
-identical, no case's new/base ratio exceeds --max-case (default 1.02) and the sum of the
-new medians over the sum of the base medians does not exceed --max-total (default 1.0);
-exit 1 otherwise, with the reason. bench/device_session.sh's `require` stage stops the
-call on a non-zero exit.
+identical, no case's new/base ratio exceeds --max-case (default 1.02), the sum of the
+new medians over the sum of the base medians does not exceed --max-total (default 1.0),
+and each case named by --at-most (its full name, e.g. "B64 T0 point") has a ratio of at
+most its R (the case a change is made for must gain that much; a named case missing from
+the A/B loses); exit 1 otherwise, with the reason. bench/device_session.sh's `require`
+stage stops the call on a non-zero exit.
 """
 
 from __future__ import annotations
@@ -23,6 +25,14 @@ def main() -> int:
     parser.add_argument("result", type=Path)
     parser.add_argument("--max-case", type=float, default=1.02)
     parser.add_argument("--max-total", type=float, default=1.0)
+    parser.add_argument(
+        "--at-most",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("CASE", "R"),
+        help="a case whose new/base ratio must not exceed R",
+    )
     args = parser.parse_args()
     rows = json.loads(args.result.read_text())["rows"]
     if not rows:
@@ -34,6 +44,14 @@ def main() -> int:
         for r in rows
         if r["ratio"] > args.max_case
     ]
+    ratios = {r["case"]: r["ratio"] for r in rows}
+    for case, bound in args.at_most:
+        if case not in ratios:
+            failures.append(f"{case}: not in the A/B")
+        elif ratios[case] > float(bound):
+            failures.append(
+                f"{case}: {ratios[case]:.3f} > {float(bound)} (required of this change)"
+            )
     total = sum(r["new_us"] for r in rows) / sum(r["base_us"] for r in rows)
     if total > args.max_total:
         failures.append(f"total {total:.4f} > {args.max_total}")
