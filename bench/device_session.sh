@@ -13,7 +13,9 @@
 #   pytest   pytest -m gpu ARGS in the foreground (e.g. -k some_test)
 #   gate     pytest -m gpu ARGS in the foreground; the call stops here if they fail (so that
 #            no receipt of the later stages comes from code that failed its GPU tests); with
-#            a cold Triton cache `gate -k test_selector_gpu` takes ~300 s (2026-12-01)
+#            a cold Triton cache `gate -k "test_selector_gpu or test_selector_tma"` took 415 s
+#            in one process (2026-12-02) and 62 s as `gate -n 8 -k ...` (pytest-xdist, in
+#            the device image: the compiles spread over the machine's 16 cores)
 #   require  python3 ARGS; the call stops here if it fails (e.g. bench/ab_decide.py on the
 #            call's A/B, $OUT/selector_ab-1.json: the later stages run only for a winner)
 #   wait     wait for the background tests (before a timing stage)
