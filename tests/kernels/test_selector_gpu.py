@@ -523,16 +523,24 @@ def test_statuses_at_full_vocabulary(all_greedy: bool, tma: bool) -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
-def test_greedy_only_boxes_see_a_nan_in_any_group_at_full_vocabulary(dtype: torch.dtype) -> None:
-    """The plan at B = 256 (TMA boxes of [4 groups, 8 rows, 128 tokens], 8 steps a chunk of
-    4096): all-T0 blocks take each step's max over its groups, which on the GPU ignores
-    NaN (Triton's interpreter propagates it through every max), beside a NaN test of the
-    step's tokens: one NaN per request, at every (group, step) of a chunk, in different
-    chunks and rows and in the tail chunk, the row's max before or after it; those
-    requests are NAN, the others as the reference."""
-    batch, drafts = 256, 5
+@pytest.mark.parametrize(
+    ("batch", "layout"),
+    [(15, (False, 2, 256)), (64, (False, 4, 128)), (256, (True, 4, 128))],
+    ids=["pointers-2-groups", "pointers-4-groups", "tma-boxes"],
+)
+def test_greedy_only_blocks_see_a_nan_in_any_group_at_full_vocabulary(
+    batch: int, layout: tuple[bool, int, int], dtype: torch.dtype
+) -> None:
+    """The plans at B = 15 and 64 (pointer loads of [rows, 2 or 4 groups, block_v] tiles,
+    4 steps a chunk of 2048) and at B = 256 (TMA boxes of [4 groups, 8 rows, 128 tokens],
+    8 steps a chunk of 4096): all-T0 blocks take each step's max over its groups, which on
+    the GPU ignores NaN (Triton's interpreter propagates it through every max), beside a
+    NaN test of the step's tokens: one NaN per request, at every (group, step) of a chunk,
+    in different chunks and rows and in the tail chunk, the row's max before or after it;
+    those requests are NAN, the others as the reference."""
+    drafts = 5
     plan = plan_launch(batch, drafts + 1, VOCAB, interpreter=False)
-    assert plan.tma and plan.kind_order and (plan.groups, plan.block_v) == (4, 128)
+    assert (plan.tma, plan.groups, plan.block_v) == layout and plan.kind_order == plan.tma
     generator = torch.Generator(device=DEVICE).manual_seed(23)
     shape = (batch, drafts + 1, VOCAB)
     logits = (torch.randn(shape, generator=generator, device=DEVICE) * 3).to(dtype)
@@ -555,7 +563,8 @@ def test_greedy_only_boxes_see_a_nan_in_any_group_at_full_vocabulary(dtype: torc
         "seed": torch.arange(batch, device=DEVICE, dtype=torch.int64),
         "position": torch.zeros(batch, device=DEVICE, dtype=torch.int64),
     }
-    assert reads_by_tma(plan, logits)
+    assert len(places) <= batch
+    assert reads_by_tma(plan, logits) == plan.tma
     got = verify_chain(**args)
     want = reference_verify_chain(**args)
     for name, x, y in zip(ChainResult._fields, got, want, strict=True):

@@ -173,24 +173,6 @@ def _first_argmax(part_max, part_arg, m, AXIS: tl.constexpr):
 
 
 @triton.jit
-def _load_tile(logits_ptr, row_off, offs_v, mask_r, chunk_end, stride_lv):
-    """One [rows, BLOCK_V] tile of logits as fp32; -inf outside the chunk and masked rows."""
-    mask = mask_r[:, None] & (offs_v < chunk_end)[None, :]
-    ptrs = logits_ptr + row_off[:, None] + offs_v[None, :].to(tl.int64) * stride_lv
-    return tl.load(ptrs, mask=mask, other=float("-inf")).to(tl.float32)
-
-
-@triton.jit
-def _greedy_update(x, offs_v, run_max, run_arg, run_nan):
-    """Per-lane running max and its first index (strict >: the lowest id wins ties)."""
-    run_nan = run_nan | (x != x)
-    gt = x > run_max
-    run_arg = tl.where(gt, offs_v[None, :], run_arg)
-    run_max = tl.where(gt, x, run_max)
-    return run_max, run_arg, run_nan
-
-
-@triton.jit
 def _load_groups(logits_ptr, row_off, offs_g, mask_r, chunk_end, stride_lv):
     """One [rows, GROUPS, BLOCK_V] tile of logits in their own dtype (``offs_g``:
     [1, GROUPS, BLOCK_V] token ids); -inf outside the chunk and in masked rows."""
@@ -287,8 +269,11 @@ def _pointer_lane_statistics(
 
     Sampled rows: GROUPS tiles a step, in one load, folded into each lane with one rescale
     and no NaN test per element (a NaN shows in its lane's sum); the first argmax only where
-    the block also holds greedy rows (never read for T1 rows). Greedy rows only: max, first
-    argmax (strict >) and a NaN test per element, two tiles a step."""
+    the block also holds greedy rows (never read for T1 rows). Greedy rows only: GROUPS
+    tiles a step in one load, as the sampled rows: per lane the max, a NaN test of every
+    token, and the first argmax from the step's lowest group holding its max, taken where
+    it beats the lane's max (strict >, ``_group_first_argmax``; the TMA program's greedy
+    loop since step 19)."""
     lane = tl.arange(0, BLOCK_V)
     run_max = tl.full([BLOCK_R, BLOCK_V], float("-inf"), dtype=tl.float32)
     run_sum = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.float32)
@@ -316,13 +301,14 @@ def _pointer_lane_statistics(
                 run_max, run_sum = _sampled_group_update(x, tile_max, run_max, run_sum, scale)
         run_nan = run_sum != run_sum
     else:
-        for v0 in range(0, CHUNK, 2 * BLOCK_V):
-            offs_a = chunk_start + v0 + lane
-            offs_b = offs_a + BLOCK_V
-            x_a = _load_tile(logits_ptr, row_off, offs_a, mask_r, chunk_end, stride_lv)
-            x_b = _load_tile(logits_ptr, row_off, offs_b, mask_r, chunk_end, stride_lv)
-            run_max, run_arg, run_nan = _greedy_update(x_a, offs_a, run_max, run_arg, run_nan)
-            run_max, run_arg, run_nan = _greedy_update(x_b, offs_b, run_max, run_arg, run_nan)
+        offs_g = tl.arange(0, GROUPS)[None, :, None] * BLOCK_V + lane[None, None, :]
+        for v0 in range(0, CHUNK, GROUPS * BLOCK_V):
+            x = _load_groups(
+                logits_ptr, row_off, chunk_start + v0 + offs_g, mask_r, chunk_end, stride_lv
+            ).to(tl.float32)
+            run_nan = run_nan | (tl.max((x != x).to(tl.int32), axis=1) != 0)
+            tile_max, run_arg = _group_first_argmax(x, chunk_start + v0 + lane, run_max, run_arg)
+            run_max = tl.maximum(run_max, tile_max)
     return run_max, run_sum, run_arg, run_nan
 
 
