@@ -15,19 +15,21 @@ the full call is what is timed. They also run phase 2 in 1, 2 and 4 warps: compi
 sm_90a (bench/compile_sm90.py) the point-draft finish has 83 block barriers at 4 and 8
 warps and 7 in one warp, whose reductions are warp shuffles. The "all" variants set
 ``stages`` 2 to 4: phase 1's chunk loops then stage the next steps' loads through shared
-memory (cp.async) while a step is folded in (stages = 1 compiles to today's SASS).
+memory (cp.async) while a step is folded in (stages = 1 compiles to today's SASS). The
+"b64" variants (eighteenth session) vary the 64-request plan's chunk, warps and tile on all
+T1, all T0 and spread-mixed rows (`--only "B64 T1 point" "B64 T0 point" "B64 mix point"`).
 
-Cases: bench/selector_ab.py's inputs (V = 129280 bf16, K = 5): point drafts at B in {1, 2, 4,
-8, 16} all T1, B in {1, 4} all T0, B4 half T0, B4 sparse S = 64 and dense q; B in {64,
-256, 1024} all T1 and all T0, B256 half and B64 dense. For every case and variant that
-applies: phase 1 alone (the later launches swapped for no-ops) and the full call, timed as
-bench/selector_ab.py times (CUDA graphs of 10 calls over input sets that exceed 2 x L2,
-median of 100 replays, µs per call), and the number of requests whose outputs differ from
-the default plan's. A different chunk changes where the inverse-CDF draw's sums are
-rounded, so a request may differ when its uniform falls within rounding of a token
-boundary (expected: none in these few thousand requests); more than that is a bug, and so
-is any difference under the other fields. All variants are compiled first, in parallel
-processes. Prints one table last (full call / phase 1 µs per variant) and writes
+Cases: bench/selector_ab.py's inputs (V = 129280 bf16, K = 5): point drafts at B in {1, 2,
+4, 8, 16} all T1, B in {1, 4} all T0, B4 half T0, B4 sparse S = 64 and dense q; B in {64,
+256, 1024} all T1 and all T0, B64 spread-mixed, B256 half and B64 dense. For every case and
+variant that applies (the default plan too): phase 1 alone (the later launches swapped for
+no-ops) and the full call, timed as bench/selector_ab.py times (CUDA graphs of 10 calls over
+input sets that exceed 2 x L2, median of 100 replays, µs per call), and the number of
+requests whose outputs differ from the default plan's. A different chunk changes where the
+inverse-CDF draw's sums are rounded, so a request may differ when its uniform falls within
+rounding of a token boundary (expected: none in these few thousand requests); more than that
+is a bug, and so is any difference under the other fields. All variants are compiled first,
+in parallel processes. Prints one table last (full call / phase 1 µs per variant) and writes
 DIR/small_batch_plans.json.
 """
 
@@ -60,6 +62,13 @@ VARIANTS: list[Variant] = [
     ("small", {"chunk": 2048, "block_v": 1024, "groups": 2, "num_warps": 16}),  # 1 step
     ("small", {"chunk": 2048, "block_v": 1024, "groups": 2, "num_warps": 16, "finish_warps": 1}),
     ("small", {"chunk": 4096, "block_v": 1024, "groups": 2, "num_warps": 16}),  # 2 steps
+    # B = 64, where greedy rows' phase 1 is 30.4 of a 33.4 µs call since step 20 (eighteenth
+    # session): the loop's length, its warps and its tile, on T1, T0 and spread-mixed rows
+    ("b64", {"chunk": 4096}),  # 8 steps, 32 splits
+    ("b64", {"chunk": 1024}),  # 2 steps, 127 splits
+    ("b64", {"num_warps": 8}),
+    ("b64", {"block_v": 256, "groups": 2}),  # the same 512 tokens a step, 2 groups
+    ("b64", {"block_v": 256, "groups": 4, "num_warps": 8}),  # 1024 tokens a step
     ("all", {"stages": 2}),
     ("all", {"stages": 3}),
     ("all", {"stages": 4}),
@@ -82,6 +91,7 @@ def cases(cpu: bool, only: list[str] | None) -> list[tuple[str, int, str, str]]:
         out += [("B4 half point", 4, "half", "point"), ("B4 T1 sparse64", 4, "T1", "sparse64")]
         out += [("B4 T1 dense", 4, "T1", "dense")]
         out += [(f"B{b} {t} point", b, t, "point") for b in (64, 256, 1024) for t in ("T1", "T0")]
+        out += [("B64 mix point", 64, "mix", "point")]
         out += [("B256 half point", 256, "half", "point"), ("B64 T1 dense", 64, "T1", "dense")]
     return [c for c in out if not only or any(word in c[0] for word in only)]
 
@@ -103,8 +113,11 @@ def variant_plan(
 
 def applies(variant: Variant, batch: int) -> bool:
     """Whether the variant runs on a case of ``batch`` requests (and the plan has its fields:
-    ``stages`` comes with bench/pending/v5-step7-phase1-stages.patch)."""
+    ``stages`` comes with bench/pending/v5-step7-phase1-stages.patch; "b64" variants run on
+    the 64-request cases only)."""
     known = all(field in LaunchPlan.__dataclass_fields__ for field in variant[1])
+    if variant[0] == "b64":
+        return known and batch == 64
     return known and (variant[0] == "all" or batch <= SMALL)
 
 
@@ -143,6 +156,8 @@ def main() -> int:
         rec: dict[str, Any] = {"case": name, "sets": sets}
         default_calls = [lambda a=a: verify_chain(**a, validate=False) for a in inputs]
         rec["default"] = time_calls(default_calls, args.cpu)
+        with without("_chain_rescan_kernel", "_chain_finish_kernel"):
+            rec["default_stats"] = time_calls(default_calls, args.cpu)
         want = [[t.clone() for t in call()] for call in default_calls]
         for variant in variants:
             if not applies(variant, batch):
@@ -174,7 +189,7 @@ def main() -> int:
     (args.out / "small_batch_plans.json").write_text(json.dumps(records, indent=1))
     labels = [label(v) for v in variants]
     print("full call / phase 1 alone, µs (differing requests in brackets when any)")
-    print(f"{'case':16s} {'default':>8s} " + " ".join(f"{lab:>21s}" for lab in labels))
+    print(f"{'case':16s} {'default':>15s} " + " ".join(f"{lab:>21s}" for lab in labels))
     for rec in records:
         cells = []
         for lab in labels:
@@ -184,7 +199,8 @@ def main() -> int:
                 continue
             text = f"{cell['full']:.2f} / {cell['stats']:.2f}"
             cells.append(f"{text}{' [' + str(cell['differ']) + ']' if cell['differ'] else ''}")
-        print(f"{rec['case']:16s} {rec['default']:8.2f} " + " ".join(f"{c:>21s}" for c in cells))
+        default = f"{rec['default']:.2f} / {rec['default_stats']:.2f}"
+        print(f"{rec['case']:16s} {default:>15s} " + " ".join(f"{c:>21s}" for c in cells))
     return 0
 
 
