@@ -65,8 +65,10 @@ VARIANTS: list[Variant] = [
     # B = 64, where greedy rows' phase 1 is 30.4 of a 33.4 µs call since step 20 (eighteenth
     # session): the loop's length, its warps and its tile, on T1, T0 and spread-mixed rows
     ("b64", {"chunk": 4096}),  # 8 steps, 32 splits
+    ("b64", {"chunk": 4096, "block_f": 2048}),  # and the draw's tile as below 256
+    ("b64", {"chunk": 4096, "block_f": 4096}),
     ("b64", {"chunk": 1024}),  # 2 steps, 127 splits
-    ("b64", {"num_warps": 8}),
+    ("b64", {"num_warps": 8}),  # 6-10x slower on the H200 (eighteenth session)
     ("b64", {"block_v": 256, "groups": 2}),  # the same 512 tokens a step, 2 groups
     ("b64", {"block_v": 256, "groups": 4, "num_warps": 8}),  # 1024 tokens a step
     ("all", {"stages": 2}),
@@ -105,7 +107,7 @@ def variant_plan(
     fields: dict[str, Any] = {**plan.__dict__, **overrides}
     if "chunk" in overrides:
         fields["nsplit"] = -(-vocab // overrides["chunk"])
-        fields["block_f"] = min(1024, overrides["chunk"])
+        fields["block_f"] = overrides.get("block_f", min(1024, overrides["chunk"]))
     if cpu:  # the interpreter tiles whole requests (flat rows are a GPU plan)
         fields["flat_rows"] = 0
     return LaunchPlan(**fields)
@@ -132,7 +134,7 @@ def _compile(work: list[tuple[int, str, str, dict[str, int]]]) -> int:
 
 def label(variant: Variant) -> str:
     short = {"chunk": "c", "block_v": "v", "groups": "g", "num_warps": "w"}
-    short.update(finish_warps="f", stages="s")
+    short.update(finish_warps="f", stages="s", block_f="d")
     return " ".join(f"{short[k]}{v}" for k, v in variant[1].items())
 
 
