@@ -39,7 +39,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parent.parent
 VOCAB = 129_280
@@ -241,7 +241,8 @@ def worker(
         plan = plan_launch(
             batch, K + 1, VOCAB, interpreter=False, support=support, dense=q == "dense"
         )
-        plan = replace(plan, **overrides)
+        # overrides' names are LaunchPlan's fields (checked above), each given its field's type
+        plan = replace(plan, **cast(dict[str, Any], overrides))
         q_mode = {"dense": Q_DENSE, "sparse": Q_SPARSE, "point": Q_SPARSE}[q]
         tma = bool(getattr(plan, "tma", False)) and max(plan.groups, plan.block_v) <= 256
         extra = {"tma": tma} if "tma" in inspect.signature(launch_constants).parameters else {}
@@ -255,7 +256,9 @@ def worker(
         finish_const = {**finish_const, "CHUNK": plan.chunk}
         dense = {"qdense_ptr": "*fp32", "mass_ptr": "*fp64"}
         other = {"qdense_ptr": "*bf16", "mass_ptr": "*fp32"}
-        launches = [("stats", chain.chain_stats_kernel, stats_const, plan.num_warps, {})]
+        launches: list[tuple[str, Any, dict[str, int | bool], int, dict[str, str]]] = [
+            ("stats", chain.chain_stats_kernel, stats_const, plan.num_warps, {})
+        ]
         launches.append(
             (
                 "finish",
@@ -277,7 +280,7 @@ def worker(
             )
             try:
                 compiled = _compile(kernel, signature, constants, attrs, warps)
-                report = _ptxas_report(compiled.asm["ptx"], "sm_90a")
+                report: dict[str, Any] = _ptxas_report(compiled.asm["ptx"], "sm_90a")
                 report["shared"] = int(compiled.metadata.shared)
                 report.update(_sass_report(compiled.asm["cubin"], barrier_lines))
                 if dump := os.environ.get("PP3_SM90_DUMP"):  # TTGIR and PTX, for reading

@@ -61,7 +61,7 @@ def without(*names: str) -> Iterator[None]:
             setattr(selector, name, kernel)
 
 
-def time_calls(calls: list[Callable[[], Any]], cpu: bool) -> float:
+def time_calls(calls: Sequence[Callable[[], Any]], cpu: bool) -> float:
     """Median µs per call, timed as bench/selector_ab.py times (CUDA-graph replays)."""
     return statistics.median(time_case(calls, cpu))
 

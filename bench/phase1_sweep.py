@@ -60,8 +60,10 @@ from pp3kernels.selector import LaunchPlan, plan_launch, verify_chain
 _LOG2E = tl.constexpr(1.4426950408889634)
 
 
-@triton.jit
-def _load(ptrs, mask, CACHE: tl.constexpr):
+# Triton ships no type stubs (its decorator is untyped) and a device function's parameters
+# take no annotation (see pyproject.toml on pp3kernels.jit).
+@triton.jit  # type: ignore[untyped-decorator]
+def _load(ptrs, mask, CACHE: tl.constexpr):  # type: ignore[no-untyped-def]
     """A masked load (-inf where masked) with CACHE's hints: 0 none, 1 ``.cg`` (L2 only),
     2 evict_first, 3 both."""
     if CACHE == 0:
@@ -81,8 +83,10 @@ def _load(ptrs, mask, CACHE: tl.constexpr):
     return x
 
 
-@triton.jit(do_not_specialize=["n_rows", "V", "NSPLIT"])
-def stats_variant(
+# Triton ships no type stubs (its decorator is untyped) and a device function's parameters
+# take no annotation (see pyproject.toml on pp3kernels.jit).
+@triton.jit(do_not_specialize=["n_rows", "V", "NSPLIT"])  # type: ignore[untyped-decorator]
+def stats_variant(  # type: ignore[no-untyped-def]
     x_ptr,
     tau_ptr,
     out_max,
@@ -173,8 +177,10 @@ def stats_variant(
     tl.store(out_flag + part, flag, mask=mask_r)
 
 
-@triton.jit(do_not_specialize=["n_rows", "V", "NSPLIT"])
-def stats_tma(
+# Triton ships no type stubs (its decorator is untyped) and a device function's parameters
+# take no annotation (see pyproject.toml on pp3kernels.jit).
+@triton.jit(do_not_specialize=["n_rows", "V", "NSPLIT"])  # type: ignore[untyped-decorator]
+def stats_tma(  # type: ignore[no-untyped-def]
     desc,
     out_max,
     out_sum,
@@ -354,7 +360,7 @@ def part_b(
     batches: tuple[int, ...], vocab: int, device: str, l2: int, cpu: bool, configs: list[Config]
 ) -> list[dict[str, Any]]:
     """Check, then time, every config at every batch size (all T1 inputs)."""
-    out = []
+    out: list[dict[str, Any]] = []
     for batch in batches:
         sets = input_sets(batch, vocab, l2, cpu=cpu)
         inputs = [make_inputs(batch, "T1", "point", i, vocab, device) for i in range(sets)]
@@ -454,7 +460,8 @@ def loads_stage(vocab: int, device: str, l2: int, cpu: bool) -> list[dict[str, A
     for batch in batches:
         sets = input_sets(batch, vocab, l2, cpu=cpu)
         inputs = [make_inputs(batch, "T1", "point", i, vocab, device) for i in range(sets)]
-        us = time_calls([lambda a=a: torch.amax(a["logits"], dim=-1) for a in inputs], cpu)
+        amax_calls = [lambda a=a: torch.amax(a["logits"], dim=-1) for a in inputs]
+        us = time_calls(amax_calls, cpu)
         rec = {"B": batch, "torch_amax_us": us, "TBps": batch * (K + 1) * vocab * 2 / us / 1e6}
         print(json.dumps(rec), flush=True)
         records.append(rec)

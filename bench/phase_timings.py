@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -60,7 +60,7 @@ def make_inputs(batch: int, t0: bool, index: int) -> dict[str, Any]:
     )
 
 
-def time_graph(calls: list[Callable[[], Any]]) -> float:
+def time_graph(calls: Sequence[Callable[[], Any]]) -> float:
     """Median µs per call: graphs of ROUNDS calls rotating over ``calls``, timed as the probe
     times (``pp3cli.timing.measure``: capture after a side-stream warm-up, one warm-up replay per
     graph, REPLAYS event-timed replays rotating over the graphs)."""
@@ -89,7 +89,7 @@ def run_case(inputs: dict[str, Any], plan: LaunchPlan | None = None) -> Any:
 
 def stats_only(inputs: dict[str, Any], plan: LaunchPlan | None = None) -> float:
     finish = selector._chain_finish_kernel
-    selector._chain_finish_kernel = _NoLaunch()  # type: ignore[assignment]
+    selector._chain_finish_kernel = _NoLaunch()
     try:
         return time_graph([lambda: run_case(inputs, plan)])
     finally:
@@ -110,8 +110,10 @@ def main() -> int:
             case_bytes = inputs["logits"].numel() * 2
             sets = max(1, min(64, -(-2 * l2 // case_bytes)))
             rotating = [inputs] + [make_inputs(batch, t0, i) for i in range(1, sets)]
-            full = time_graph([lambda inputs=inputs: run_case(inputs)])
-            hbm = time_graph([lambda s=s: run_case(s) for s in rotating])
+            full_calls = [lambda inputs=inputs: run_case(inputs)]
+            full = time_graph(full_calls)
+            hbm_calls = [lambda s=s: run_case(s) for s in rotating]
+            hbm = time_graph(hbm_calls)
             stats = stats_only(inputs)
             name = f"B{batch}K{K} {'T0' if t0 else 'T1'}"
             rows.append(
@@ -135,7 +137,8 @@ def main() -> int:
                     try:
                         got = run_case(inputs, plan)
                         same = torch.equal(got.tokens, check.tokens)
-                        t_full = time_graph([lambda i=inputs, p=plan: run_case(i, p)])
+                        plan_calls = [lambda i=inputs, p=plan: run_case(i, p)]
+                        t_full = time_graph(plan_calls)
                         t_stats = stats_only(inputs, plan)
                     except Exception as err:  # a plan that does not compile is a result too
                         rows.append(f"    plan {plan}: {type(err).__name__}: {err}"[:300])

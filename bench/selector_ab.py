@@ -46,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -140,7 +141,7 @@ def digest(tensors: list[Any]) -> str:
     return h.hexdigest()[:16]
 
 
-def time_case(call_sets: list[Any], cpu: bool) -> list[float]:
+def time_case(call_sets: Sequence[Any], cpu: bool) -> list[float]:
     """µs per call: wall clock of single calls (--cpu), else CUDA-graph replays timed as
     ``pp3 probe`` times them (``pp3cli.timing.measure``, which imports no pp3kernels)."""
     if cpu:

@@ -55,8 +55,8 @@ def main(official: Path, out_dir: Path) -> None:
         rows.append(f"{record_name},,")
         slim.writestr(record_name, "\n".join(rows) + "\n")
     for path in (official, target):
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        print(f"{digest}  {path}  {path.stat().st_size / 2**20:.1f} MiB")
+        file_digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        print(f"{file_digest}  {path}  {path.stat().st_size / 2**20:.1f} MiB")
 
 
 if __name__ == "__main__":

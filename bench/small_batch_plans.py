@@ -36,6 +36,7 @@ DIR/small_batch_plans.json.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -156,7 +157,7 @@ def main() -> int:
         sets = input_sets(batch, vocab, l2, cpu=args.cpu)
         inputs = [make_inputs(batch, temps, q, i, vocab, device) for i in range(sets)]
         rec: dict[str, Any] = {"case": name, "sets": sets}
-        default_calls = [lambda a=a: verify_chain(**a, validate=False) for a in inputs]
+        default_calls = [functools.partial(verify_chain, **a, validate=False) for a in inputs]
         rec["default"] = time_calls(default_calls, args.cpu)
         with without("_chain_rescan_kernel", "_chain_finish_kernel"):
             rec["default_stats"] = time_calls(default_calls, args.cpu)
@@ -165,7 +166,9 @@ def main() -> int:
             if not applies(variant, batch):
                 continue
             plan = variant_plan(batch, q, vocab, args.cpu, variant[1])
-            calls = [lambda a=a, p=plan: verify_chain(**a, validate=False, plan=p) for a in inputs]
+            calls = [
+                functools.partial(verify_chain, **a, validate=False, plan=plan) for a in inputs
+            ]
             differ = 0
             for call, expected in zip(calls, want, strict=True):
                 tokens, accepted, status = call()

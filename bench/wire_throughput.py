@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -49,8 +50,8 @@ def main() -> None:
     rids = [int(r) for r in request_ids.tolist()]
     sequence = 0
 
-    def timed(fn) -> float:
-        rates = []
+    def timed(fn: Callable[[], object]) -> float:
+        rates: list[float] = []
         for _ in range(args.repeats):
             start = time.perf_counter()
             for _ in range(args.iterations):

@@ -17,8 +17,7 @@ from typer.testing import CliRunner
 from pp3cli import __version__
 from pp3cli.cli.app import app
 from pp3cli.run.errors import Pp3Error
-from pp3cli.run.guard import ensure_scratch
-from pp3cli.run.scratch import repo_root
+from pp3cli.run.scratch import ensure_scratch, repo_root
 from pp3cli.run.settings import Settings
 
 HOLDER = textwrap.dedent(
@@ -344,7 +343,7 @@ def test_a_held_device_lock_creates_nothing(tmp_path: Path) -> None:
     assert not scratch.exists()
 
 
-HELP_PAGES = (
+HELP_PAGES: tuple[list[str], ...] = (
     [], ["qualify"], ["oracle"], ["probe"], ["verify-receipts"], ["clean-scratch"],
     ["overlay"], ["overlay", "fetch"], ["overlay", "verify"],
 )  # fmt: skip

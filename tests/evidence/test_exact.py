@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from fractions import Fraction
 
 import pytest
@@ -134,10 +135,10 @@ def test_wrong_residuals_break_the_identity() -> None:
     good = chain_law([p, bonus], [draft])
     assert lossless_identity(good, [p, bonus])
 
-    def unclipped(pr: list[Fraction], qr: list[Fraction]) -> list[Fraction]:
+    def unclipped(pr: Sequence[Fraction], qr: Sequence[Fraction]) -> list[Fraction]:
         return [abs(a - b) for a, b in zip(pr, qr, strict=True)]  # |p - q| instead of (p - q)+
 
-    def target_again(pr: list[Fraction], qr: list[Fraction]) -> list[Fraction]:
+    def target_again(pr: Sequence[Fraction], qr: Sequence[Fraction]) -> list[Fraction]:
         return list(pr)  # resample from p on rejection
 
     for rule in (unclipped, target_again):

@@ -7,7 +7,7 @@ import functools
 import json
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
@@ -52,7 +52,7 @@ def reference_run() -> dict[str, Any]:
 
 
 def _predicate(result: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(json.dumps(result))  # as stored: plain JSON types only
+    return cast(dict[str, Any], json.loads(json.dumps(result)))  # as stored: plain JSON types only
 
 
 def test_reference_verifier_passes(reference_run: dict[str, Any]) -> None:

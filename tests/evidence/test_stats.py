@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pytest
@@ -281,7 +282,12 @@ def test_pairing_recompute_notices_a_tampered_n() -> None:
 
     first, second = [30, 20, 50, 40], [28, 25, 47, 44]
     result = g_test_homogeneity("pair/x", first, second)
-    entry = {"name": "pair/x", "first": first, "second": second, "result": result.to_json()}
+    entry: dict[str, Any] = {
+        "name": "pair/x",
+        "first": first,
+        "second": second,
+        "result": result.to_json(),
+    }
     assert _recompute_pairing({"tests": [entry]})[1] == []
     entry["result"]["n"] += 1
     _results, problems = _recompute_pairing({"tests": [entry]})

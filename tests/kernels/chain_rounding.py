@@ -39,7 +39,8 @@ EPSILON = 2e-6
 def _q_row(args: dict[str, Any], b: int, row: int, vocab: int) -> torch.Tensor:
     """q of request b at chain row ``row`` as fp64 [V] (sparse counts / C or dense q)."""
     if args.get("q_dense") is not None:
-        return args["q_dense"][b, row].to(torch.float64).cpu()
+        dense: torch.Tensor = args["q_dense"]
+        return dense[b, row].to(torch.float64).cpu()
     ids, counts = (args[key][b : b + 1].cpu() for key in ("q_ids", "q_counts"))
     return _sparse_q_row(ids, counts, args["denominator"], row, vocab)[0][0]
 

@@ -111,7 +111,7 @@ def test_sample_drafts_frequencies_match_q_exactly() -> None:
     tokens = sample_drafts(q_ids, q_counts, denominator, seeds, positions)
     assert tokens.dtype == torch.int32 and tokens.shape == (batch, drafts)
     support = ids_row[counts_row > 0].tolist()
-    assert set(tokens.unique().tolist()) <= set(support)  # every draft has q > 0
+    assert set(torch.unique(tokens).tolist()) <= set(support)  # every draft has q > 0
     for row in range(drafts):
         observed = torch.bincount(tokens[:, row].long(), minlength=10)[support].double()
         expected = counts_row[counts_row > 0].double() * batch / denominator

@@ -56,14 +56,16 @@ def _interpreter_device() -> str:
 def test_torch_philox_matches_random123_kat() -> None:
     assert torch_philox_kat("cpu") == []
     for counter, key, expected in KAT_VECTORS:
-        words = philox4x32(*(torch.tensor([v]) for v in (*counter, *key)))
+        c0, c1, c2, c3, k0, k1 = (torch.tensor([v]) for v in (*counter, *key))
+        words = philox4x32(c0, c1, c2, c3, k0, k1)
         assert [int(w) for w in words] == list(expected)
 
 
 def test_torch_philox_matches_python_integers_on_random_words() -> None:
     generator = torch.Generator().manual_seed(1234)
     inputs = torch.randint(0, 2**32, (200, 6), generator=generator, dtype=torch.int64)
-    got = torch.stack(philox4x32(*inputs.unbind(1)), dim=1).tolist()
+    c0, c1, c2, c3, k0, k1 = inputs.unbind(1)
+    got = torch.stack(philox4x32(c0, c1, c2, c3, k0, k1), dim=1).tolist()
     for row, out in zip(inputs.tolist(), got, strict=True):
         assert out == _python_philox(row[:4], row[4:])
 
@@ -78,7 +80,8 @@ def test_triton_philox_matches_torch_on_random_words() -> None:
     generator = torch.Generator().manual_seed(99)
     inputs = torch.randint(0, 2**32, (64, 6), generator=generator, dtype=torch.int64)
     got = triton_philox4x32(inputs[:, :4].to(device), inputs[:, 4:].to(device)).cpu()
-    expected = torch.stack(philox4x32(*inputs.unbind(1)), dim=1)
+    c0, c1, c2, c3, k0, k1 = inputs.unbind(1)
+    expected = torch.stack(philox4x32(c0, c1, c2, c3, k0, k1), dim=1)
     assert torch.equal(got, expected)
 
 

@@ -1440,7 +1440,8 @@ class _RecordingLaunch:
     """Launches the wrapped kernel and keeps the positional arguments of its last launch."""
 
     def __init__(self, kernel: Any) -> None:
-        self.kernel, self.args = kernel, ()
+        self.kernel = kernel
+        self.args: tuple[Any, ...] = ()
 
     def __getitem__(self, grid: Any) -> Any:
         def launch(*args: Any, **meta: Any) -> None:
@@ -1585,7 +1586,8 @@ def test_interpreter_plan_respects_tritons_tile_limit(
 # and where set flat_rows, groups, finish_warps, overlap, tma, kind_order):
 # the launch shapes measured on the H200 (bench/NOTES.md) and the interpreter's, pinned so
 # that a refactor of plan_launch cannot change them unnoticed.
-PINNED_PLANS: dict[tuple[int, int, int, bool], tuple[int, ...]] = {
+# Values: LaunchPlan's fields in order, ints then bools (so Any: no one element type fits).
+PINNED_PLANS: dict[tuple[int, int, int, bool], tuple[Any, ...]] = {
     (1, 6, 129_280, False): (1, 256, 64, 2048, 8, 2048, 8, 2, 8, True, False),
     (64, 6, 129_280, False): (1, 128, 64, 2048, 4, 2048, 8, 4, 8, True, False),
     (16, 6, 129_280, False): (1, 128, 64, 2048, 4, 2048, 8, 4, 8, True, False),

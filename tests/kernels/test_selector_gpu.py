@@ -389,7 +389,7 @@ def test_small_vocabularies_agree_with_reference(vocab: int, q: str, support: in
 
 def _capture(args: Args) -> tuple[torch.cuda.CUDAGraph, ChainResult]:
     """Capture verify_chain(validate=False) on ``args`` (static tensors) after a warm-up."""
-    side = torch.cuda.Stream()
+    side = torch.cuda.Stream()  # type: ignore[no-untyped-call]  # torch: Stream.__new__ unannotated
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         verify_chain(**args, validate=False)  # compiles the kernel, allocates the counters

@@ -22,8 +22,10 @@ from pp3kernels.jit import chain
 from pp3kernels.selector import LaunchPlan, launch_constants, plan_launch, reads_by_tma
 
 
-@triton.jit
-def _rows_kernel(
+# Triton ships no type stubs (its decorator is untyped) and a device function's parameters
+# take no annotation (see pyproject.toml on pp3kernels.jit).
+@triton.jit  # type: ignore[untyped-decorator]
+def _rows_kernel(  # type: ignore[no-untyped-def]
     temp_ptr, req_ptr, row_ptr, mask_ptr, kinds_ptr, B, K: tl.constexpr, R: tl.constexpr
 ):
     """Stores ``_kind_ordered_rows`` for the block of program p (rows p R to p R + R - 1);

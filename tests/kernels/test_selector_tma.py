@@ -42,7 +42,8 @@ class _DescriptorSeen:
     """Wraps phase 1's launch and records whether it was given a TMA descriptor."""
 
     def __init__(self, kernel: Any) -> None:
-        self.kernel, self.descriptors = kernel, []
+        self.kernel = kernel
+        self.descriptors: list[Any] = []
 
     def __getitem__(self, grid: Any) -> Any:
         def launch(*args: Any, **meta: Any) -> None:

@@ -59,7 +59,7 @@ def _refused(pattern: str, **overrides: Any) -> None:
 
 
 def _edit(name: str, index: tuple[int, ...], value: int | float) -> torch.Tensor:
-    tensor = _call()[name].clone()
+    tensor: torch.Tensor = _call()[name].clone()
     tensor[index] = value
     return tensor
 

@@ -198,8 +198,8 @@ def test_wrong_verifier_fails_its_check_and_is_not_timed() -> None:
     case = probe_cases.ProbeCase(3, 2, 97, "bf16", "point", 3, 4)
     sets = [probe_comparators.make_inputs(case, device=torch.device("cpu"), seed=2, set_index=0)]
 
-    def off_by_one(logits: torch.Tensor, drafts: torch.Tensor, *args: Any, **kw: Any) -> Any:
-        result = greedy_verifier(logits, drafts)
+    def off_by_one(logits: torch.Tensor, draft_tokens: torch.Tensor, *args: Any, **kw: Any) -> Any:
+        result = greedy_verifier(logits, draft_tokens)
         tokens = torch.where(result.tokens >= 0, (result.tokens + 1) % 97, result.tokens)
         return result._replace(tokens=tokens)
 
@@ -224,7 +224,7 @@ def test_run_probe_data_shape_and_recomputer_detects_tampering() -> None:
     assert first["ratios"]["selector/argmax"] == pytest.approx(
         selector["summary"]["median"] / first["comparators"]["argmax"]["summary"]["median"]
     )
-    predicate = {"data": data, "verdict": "PASS"}
+    predicate: dict[str, Any] = {"data": data, "verdict": "PASS"}
     assert probe_summary.recompute_probe(predicate) == "PASS"
 
     slower = copy.deepcopy(predicate)

@@ -7,34 +7,47 @@ is either intact or listed as a fallback with its reason.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+import numpy.typing as npt
 import pytest
 import torch
-from test_wire import C, V, _batch, _law
+from test_wire import I32, C, V, _batch, _law
 
 from pp3cli.wire import proxy
 from pp3cli.wire.receiver import DraftReceiver, RoundInputs
+
+if TYPE_CHECKING:
+    from pp3kernels import ChainVerifier
 
 K, S, B, ROUNDS = 3, 4, 8, 3
 GENERATION = 4
 TIMEOUT_S = 30.0  # bound per round; a healthy round ends at its end marker in milliseconds
 
+reference_verify_chain: ChainVerifier | None
 try:
-    from pp3kernels import reference_verify_chain
+    from pp3kernels import reference_verify_chain as _reference_verify_chain
+
+    reference_verify_chain = _reference_verify_chain
 except ImportError:  # the verifier is written in parallel; check the receiver's output only
     reference_verify_chain = None
 
+RoundData = tuple[I32, I32, I32, npt.NDArray[np.float32]]
 
-def _round_data(round_index: int):
+
+def _round_data(round_index: int) -> RoundData:
     drafts, ids, counts, temperature = _batch(10 + round_index, batch=B, positions=K, support=S)
     return drafts, ids, counts, temperature
 
 
-def _temperature():
+def _temperature() -> npt.NDArray[np.float32]:
     return _round_data(0)[3]
 
 
-def _run(mode: str, faults: tuple[proxy.Fault, ...]):
+def _run(
+    mode: proxy.Mode, faults: tuple[proxy.Fault, ...]
+) -> tuple[list[tuple[RoundInputs, RoundData]], proxy.ProxyStats, list[int]]:
     """Three rounds of B requests through a real drafter; returns per-round inputs + data."""
     receiver = DraftReceiver(
         slot="verifier-0", vocab_size=V, num_positions=K, support_width=S, denominator=C
@@ -42,7 +55,7 @@ def _run(mode: str, faults: tuple[proxy.Fault, ...]):
     rids = [200 + b for b in range(B)]
     for rid, temp in zip(rids, _temperature().tolist(), strict=True):
         receiver.admit(rid, temperature=temp, generation=GENERATION)
-    results: list[tuple[RoundInputs, tuple]] = []
+    results: list[tuple[RoundInputs, RoundData]] = []
     with proxy.DraftProxy(mode=mode, faults=faults, round_timeout_s=TIMEOUT_S) as draft_proxy:
         for r in range(ROUNDS):
             drafts, ids, counts, _ = data = _round_data(r)
@@ -55,7 +68,12 @@ def _run(mode: str, faults: tuple[proxy.Fault, ...]):
     return results, draft_proxy.stats, rids
 
 
-def _check(results, rids, expected_fallback: dict[int, set[int]], reasons: dict) -> None:
+def _check(
+    results: list[tuple[RoundInputs, RoundData]],
+    rids: list[int],
+    expected_fallback: dict[int, set[int]],
+    reasons: dict[tuple[int, int], str],
+) -> None:
     """Fallback rows exactly as expected (with reasons), every other row intact."""
     for r, (inputs, (drafts, ids, counts, _)) in enumerate(results):
         want = expected_fallback.get(r, set())
@@ -71,7 +89,9 @@ def _check(results, rids, expected_fallback: dict[int, set[int]], reasons: dict)
         _verify(inputs, drafts, ids, counts, want, r)
 
 
-def _verify(inputs: RoundInputs, drafts, ids, counts, fallback: set[int], r: int) -> None:
+def _verify(
+    inputs: RoundInputs, drafts: I32, ids: I32, counts: I32, fallback: set[int], r: int
+) -> None:
     """With the reference verifier: fallback rows emit one token (K = 0), others unchanged."""
     if reference_verify_chain is None:
         return
@@ -102,7 +122,7 @@ MODES = ["process", "thread"]
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_mixed_t0_t1_rounds_all_verified(mode: str) -> None:
+def test_mixed_t0_t1_rounds_all_verified(mode: proxy.Mode) -> None:
     results, stats, rids = _run(mode, ())
     assert set(_temperature().tolist()) == {0.0, float(np.float32(0.7))}
     _check(results, rids, {}, {})
@@ -113,7 +133,7 @@ def test_mixed_t0_t1_rounds_all_verified(mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_drafter_crashing_mid_round(mode: str) -> None:
+def test_drafter_crashing_mid_round(mode: proxy.Mode) -> None:
     results, stats, rids = _run(mode, (proxy.Fault("crash", 1, rids_at(5)),))
     # Round 1: requests before the crash were sent and verified; the rest fall back;
     # round 2: the drafter is gone, everyone falls back without waiting.
@@ -143,7 +163,7 @@ def rids_at(b: int) -> int:
     ids=lambda value: value.kind if isinstance(value, proxy.Fault) else None,
 )
 def test_one_bad_frame_falls_back_alone(
-    mode: str, fault: proxy.Fault, refused_reason: str | None, fallback_reason: str
+    mode: proxy.Mode, fault: proxy.Fault, refused_reason: str | None, fallback_reason: str
 ) -> None:
     if mode == "process" and fault.kind in {"truncate", "bad_mass", "drop"}:
         mode = "thread"  # same code path; keep the number of spawned processes small

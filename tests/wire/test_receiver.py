@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import numpy as np
+import numpy.typing as npt
 import pytest
-from test_wire import C, V, _batch, _law
+from test_wire import I32, C, V, _batch, _law
 
 from pp3cli.wire import frames as wire
 from pp3cli.wire import receiver as rx
@@ -14,7 +17,12 @@ from pp3cli.wire import receiver as rx
 K, S = 3, 4
 
 
-def _setup(seed: int = 0, batch: int = 6):
+F32 = npt.NDArray[np.float32]
+Setup = tuple[rx.DraftReceiver, list[int], I32, I32, I32, F32]
+Mutation = Callable[[rx.DraftReceiver, list[int], I32, I32, I32, F32, bytes], bytes | None]
+
+
+def _setup(seed: int = 0, batch: int = 6) -> Setup:
     drafts, ids, counts, temperature = _batch(seed, batch=batch, positions=K, support=S)
     recv = rx.DraftReceiver(
         slot="slot-a", vocab_size=V, num_positions=K, support_width=S, denominator=C
@@ -25,7 +33,16 @@ def _setup(seed: int = 0, batch: int = 6):
     return recv, request_ids, drafts, ids, counts, temperature
 
 
-def _frames(drafts, ids, counts, temperature, request_ids, *, generation=2, sequence=0):
+def _frames(
+    drafts: I32,
+    ids: I32,
+    counts: I32,
+    temperature: F32,
+    request_ids: Sequence[int],
+    *,
+    generation: int = 2,
+    sequence: int = 0,
+) -> list[bytes]:
     return wire.encode_frames(
         drafts, ids, counts, denominator=C, temperature=temperature,
         request_ids=np.array(request_ids, dtype=np.uint64), generation=generation,
@@ -39,7 +56,7 @@ def _assert_fallback_row(inputs: rx.RoundInputs, b: int) -> None:
     assert (inputs.q_ids[b] == -1).all() and (inputs.q_counts[b] == 0).all()
 
 
-def _assert_intact(inputs, b, drafts, ids, counts) -> None:
+def _assert_intact(inputs: rx.RoundInputs, b: int, drafts: I32, ids: I32, counts: I32) -> None:
     assert not inputs.fallback[b]
     np.testing.assert_array_equal(inputs.draft_tokens[b], drafts[b])
     assert _law(inputs.q_ids[b], inputs.q_counts[b]) == _law(ids[b], counts[b])
@@ -64,10 +81,13 @@ def test_all_valid_frames_reach_the_selector_inputs() -> None:
     assert recv.state(rids[0]).next_sequence == 1
 
 
-def _run_with(replacement_for_row_2, *, extra=()):
+def _run_with(
+    replacement_for_row_2: Mutation, *, extra: Sequence[bytes] = ()
+) -> tuple[rx.RoundInputs, rx.Refusal, rx.DraftReceiver]:
     recv, rids, drafts, ids, counts, temperature = _setup()
-    frames = _frames(drafts, ids, counts, temperature, rids)
-    frames[2] = replacement_for_row_2(recv, rids, drafts, ids, counts, temperature, frames[2])
+    sent = _frames(drafts, ids, counts, temperature, rids)
+    frames: list[bytes | None] = list(sent)  # the mutation may drop row 2's frame (None)
+    frames[2] = replacement_for_row_2(recv, rids, drafts, ids, counts, temperature, sent[2])
     inputs = recv.receive_round(rids, [f for f in frames if f is not None] + list(extra))
     _assert_fallback_row(inputs, 2)
     for b in (0, 1, 3, 4, 5):
@@ -77,7 +97,9 @@ def _run_with(replacement_for_row_2, *, extra=()):
     return inputs, fallback[0], recv
 
 
-def _reencode(b, drafts, ids, counts, temperature, rids, **kw):
+def _reencode(
+    b: int, drafts: I32, ids: I32, counts: I32, temperature: F32, rids: list[int], **kw: Any
+) -> bytes:
     return _frames(drafts[b : b + 1], ids[b : b + 1], counts[b : b + 1],
                    temperature[b : b + 1], [rids[b]], **kw)[0]  # fmt: skip
 
@@ -98,7 +120,7 @@ def _reencode(b, drafts, ids, counts, temperature, rids, **kw):
          "temperature_mismatch"),
     ],
 )  # fmt: skip
-def test_a_refused_frame_falls_back_alone(mutate, reason: str) -> None:
+def test_a_refused_frame_falls_back_alone(mutate: Mutation, reason: str) -> None:
     inputs, fallback, recv = _run_with(mutate)
     assert fallback.reason == reason
     assert recv.stats.fallback_by_reason[reason] == 1 and recv.stats.fallbacks == 1
@@ -165,7 +187,8 @@ def test_late_frame_is_stale_next_round_and_the_round_continues() -> None:
     round1 = _frames(drafts, ids, counts, temperature, rids, sequence=1)
     second = recv.receive_round(rids, round1 + [round0[1], round0[0]])  # late + replay
     assert not second.fallback.any()
-    stale = sorted(r.request_id for r in second.refusals if r.reason == "stale_sequence")
+    # A stale_sequence refusal is decided after the frame's id is trusted: never None.
+    stale = sorted(cast(int, r.request_id) for r in second.refusals if r.reason == "stale_sequence")
     assert stale == [rids[0], rids[1]]
 
 
@@ -178,7 +201,9 @@ def test_new_generation_makes_old_frames_stale() -> None:
     assert inputs.refusals[0].reason == "stale_generation"
 
 
-def test_every_refusal_is_logged_with_request_and_reason(caplog) -> None:
+def test_every_refusal_is_logged_with_request_and_reason(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     recv, rids, drafts, ids, counts, temperature = _setup()
     frames = _frames(drafts, ids, counts, temperature, rids)
     frames[4] = _reencode(4, drafts, ids, counts, temperature, rids, generation=0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -15,7 +16,12 @@ V = 50
 C = 16
 
 
-def _batch(seed: int, batch: int = 6, positions: int = 3, support: int = 4):
+I32 = npt.NDArray[np.int32]
+
+
+def _batch(
+    seed: int, batch: int = 6, positions: int = 3, support: int = 4
+) -> tuple[I32, I32, I32, npt.NDArray[np.float32]]:
     """Mixed T0/T1 batch with shuffled (unsorted) q slots, padding and an invalidated draft."""
     rng = np.random.default_rng(seed)
     ids = np.full((batch, positions, support), -1, dtype=np.int32)
@@ -43,8 +49,14 @@ def _law(ids: npt.NDArray[np.int32], counts: npt.NDArray[np.int32]) -> list[dict
     ]
 
 
-def _encode(drafts, ids, counts, temperature, **kw):
-    args = {"request_ids": np.arange(len(drafts)), "generation": 2, "sequence": 5}
+def _encode(
+    drafts: wire.ArrayLike,
+    ids: wire.ArrayLike,
+    counts: wire.ArrayLike,
+    temperature: wire.ArrayLike,
+    **kw: Any,
+) -> list[bytes]:
+    args: dict[str, Any] = {"request_ids": np.arange(len(drafts)), "generation": 2, "sequence": 5}
     args.update(kw)
     return wire.encode_frames(drafts, ids, counts, denominator=C, temperature=temperature, **args)
 
@@ -174,7 +186,12 @@ def test_each_violation_has_its_own_error(frame: bytes, error: type[wire.WireErr
         ([-1], [[(3, C), (4, 1)]], 1.0, wire.ExtraMassError),
     ],
 )
-def test_zero_mass_rows_are_checked_too(drafts, rows, temperature, error) -> None:
+def test_zero_mass_rows_are_checked_too(
+    drafts: list[int],
+    rows: list[list[tuple[int, int]]],
+    temperature: float,
+    error: type[wire.WireError],
+) -> None:
     with pytest.raises(error):
         wire.decode_frame(forge(drafts, rows, temperature=temperature), vocab_size=V)
 

@@ -7,6 +7,8 @@ original content; batch decoding agrees with single-frame decoding frame by fram
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -89,7 +91,7 @@ mutation = st.one_of(
 )  # fmt: skip
 
 
-def _mutate(frame: bytes, op: tuple) -> bytes:
+def _mutate(frame: bytes, op: tuple[str, Any]) -> bytes:
     kind, arg = op
     data = bytearray(frame)
     if kind == "flip":
@@ -109,7 +111,7 @@ def _mutate(frame: bytes, op: tuple) -> bytes:
 
 @FUZZ
 @given(st.integers(0, len(FRAMES) - 1), mutation)
-def test_mutated_frames_are_refused_or_unchanged(index: int, op: tuple) -> None:
+def test_mutated_frames_are_refused_or_unchanged(index: int, op: tuple[str, Any]) -> None:
     mutated = _mutate(FRAMES[index], op)
     result = _decode(mutated)
     if isinstance(result, wire.Frame):
@@ -119,7 +121,9 @@ def test_mutated_frames_are_refused_or_unchanged(index: int, op: tuple) -> None:
 
 @FUZZ
 @given(st.lists(st.tuples(st.integers(0, len(FRAMES) - 1), mutation | st.none()), max_size=6))
-def test_batch_decoding_agrees_with_single_decoding(plan: list) -> None:
+def test_batch_decoding_agrees_with_single_decoding(
+    plan: list[tuple[int, tuple[str, Any] | None]],
+) -> None:
     buffers = [FRAMES[i] if op is None else _mutate(FRAMES[i], op) for i, op in plan]
     batch = wire.decode_frames(buffers, vocab_size=V)
     for i, buffer in enumerate(buffers):
@@ -138,7 +142,9 @@ small_row = st.lists(st.tuples(st.integers(-2, V + 1), st.integers(-1, C)), max_
     st.lists(st.tuples(st.integers(-2, V + 1), small_row), min_size=1, max_size=3),
     st.booleans(),
 )
-def test_structured_frames_are_refused_or_sound(rows: list, t0: bool) -> None:
+def test_structured_frames_are_refused_or_sound(
+    rows: list[tuple[int, list[tuple[int, int]]]], t0: bool
+) -> None:
     """Near-valid content under a valid CRC: every accepted frame satisfies the law."""
     frame = forge([x for x, _ in rows], [r for _, r in rows], temperature=0.0 if t0 else 1.0)
     result = _decode(frame)
