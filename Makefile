@@ -44,7 +44,7 @@ review:
 lint: install
 	$(VENV)/bin/ruff check $(SOURCES)
 	$(VENV)/bin/ruff format --check $(SOURCES)
-	$(VENV)/bin/mypy pp3cli kernels/pp3kernels
+	$(VENV)/bin/mypy pp3cli kernels/pp3kernels tests bench
 
 fmt: install
 	$(VENV)/bin/ruff format $(SOURCES)
