@@ -95,7 +95,9 @@ _KIND_ORDER_BATCH = 256
 # instead of 4, so that what a program does outside its loop is paid half as often
 # (sixteenth session's A/B at B256 / B1024: T1 -5.2% / -7.6%, T0 -3.5% / -1.2%, spread-mixed
 # -3.9% / -7.9%; from 64 requests, with pointer loads, B64 T0 gained 6%, T1 and mixed 0).
-_LONG_CHUNK_BATCH = 256
+# Step 21: from 64 requests, with the draw reading a 4096-token chunk as one tile below 256
+# (eighteenth session's plan sweep at B64 on step 20: T1 -2.0%, T0 -6.6%, spread-mixed -2.6%).
+_LONG_CHUNK_BATCH = 64
 _LONG_CHUNK = 4096
 _TILE_ELEMENTS_LARGE_BATCH = 1024
 _NUM_WARPS_LARGE_BATCH = 4
@@ -250,10 +252,12 @@ def plan_launch(
     finish_warps = _FINISH_WARPS_WIDE_SUPPORT if wide else _FINISH_WARPS
     if dense and batch < _LARGE_BATCH:
         finish_warps = _FINISH_WARPS_DENSE_SMALL_BATCH
-    # The draw reads a 2048-token chunk as one tile, once (jit/chain.py, _one_tile_draw);
-    # dense q keeps 1024-token tiles (its rescan and draw ran 3x slower with 2048: NOTES,
-    # "phase 2 by launch shape"), and chunks grown past 2048 walk tiles of 1024.
-    block_f = chunk if chunk == _CHUNK and not dense else _DRAW_TILE
+    # The draw reads a 2048-token chunk as one tile, once (jit/chain.py, _one_tile_draw), and
+    # a 4096-token one below 256 requests (step 21: measured at B64 only); dense q keeps
+    # 1024-token tiles (its rescan and draw ran 3x slower with 2048: NOTES, "phase 2 by
+    # launch shape"), and so do the chunks of 4096 from 256 requests on (not measured).
+    one_tile = chunk == _CHUNK or (chunk == _LONG_CHUNK and batch < _TMA_BATCH)
+    block_f = chunk if one_tile and not dense else _DRAW_TILE
     return LaunchPlan(
         1,
         block_v,

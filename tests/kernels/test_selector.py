@@ -1375,7 +1375,7 @@ def test_launch_constants_name_every_compile_time_argument(
 ) -> None:
     """launch_constants gives each kernel every constexpr it declares except CHUNK, which
     verify_chain passes by position (bench/compile_sm90.py compiles with the same dicts)."""
-    plan = plan_launch(64, 6, 129_280, interpreter=False, support=support)
+    plan = plan_launch(16, 6, 129_280, interpreter=False, support=support)
     stats, phase2 = launch_constants(plan, 6, q_mode, support, overlap=overlap)
 
     def constexprs(kernel: Any) -> set[str]:  # a JITFunction, or the interpreter's wrapper
@@ -1392,12 +1392,18 @@ def test_launch_constants_name_every_compile_time_argument(
     assert (phase2["S"], phase2["Q_MODE"], phase2["NSPLIT_P2"]) == (support, q_mode, 64)
 
 
-def test_the_draw_reads_a_2048_token_chunk_as_one_tile_except_for_dense_q() -> None:
-    """The large-vocabulary plans draw from a 2048-token chunk in one tile (block_f = chunk:
-    ``_one_tile_draw``); dense q keeps 1024-token tiles, as do chunks grown past 2048."""
+def test_the_draw_reads_its_chunk_as_one_tile_below_256_requests_except_for_dense_q() -> None:
+    """The large-vocabulary plans draw from a chunk in one tile (block_f = chunk:
+    ``_one_tile_draw``): 2048 tokens below 64 requests, 4096 from 64 to 255; dense q keeps
+    1024-token tiles, as do chunks grown past those and the chunks of 4096 from 256 on."""
     assert plan_launch(4, 6, 129_280, interpreter=False).block_f == 2048
-    assert plan_launch(64, 6, 129_280, interpreter=False, support=1024).block_f == 2048
+    assert plan_launch(16, 6, 129_280, interpreter=False, support=1024).block_f == 2048
+    plan = plan_launch(64, 6, 129_280, interpreter=False, support=1024)
+    assert plan.chunk == plan.block_f == 4096
+    assert plan_launch(255, 6, 129_280, interpreter=False).block_f == 4096
+    assert plan_launch(256, 6, 129_280, interpreter=False).block_f == 1024
     assert plan_launch(4, 6, 129_280, interpreter=False, dense=True).block_f == 1024
+    assert plan_launch(64, 6, 129_280, interpreter=False, dense=True).block_f == 1024
     assert plan_launch(4, 6, 600_000, interpreter=False).block_f == 1024
 
 
@@ -1589,10 +1595,10 @@ def test_interpreter_plan_respects_tritons_tile_limit(
 # Values: LaunchPlan's fields in order, ints then bools (so Any: no one element type fits).
 PINNED_PLANS: dict[tuple[int, int, int, bool], tuple[Any, ...]] = {
     (1, 6, 129_280, False): (1, 256, 64, 2048, 8, 2048, 8, 2, 8, True, False),
-    (64, 6, 129_280, False): (1, 128, 64, 2048, 4, 2048, 8, 4, 8, True, False),
+    (64, 6, 129_280, False): (1, 128, 32, 4096, 4, 4096, 8, 4, 8, True, False),
     (16, 6, 129_280, False): (1, 128, 64, 2048, 4, 2048, 8, 4, 8, True, False),
     (256, 6, 129_280, False): (1, 128, 32, 4096, 4, 1024, 8, 4, 8, True, True, True),
-    (255, 6, 129_280, False): (1, 128, 64, 2048, 4, 2048, 8, 4, 8, True, False),
+    (255, 6, 129_280, False): (1, 128, 32, 4096, 4, 4096, 8, 4, 8, True, False),
     (1024, 6, 600_000, False): (1, 128, 147, 4096, 4, 1024, 8, 4, 8, True, True, True),
     (1024, 6, 2_000_000, False): (1, 128, 245, 8192, 4, 1024, 8, 4, 8, True, True, True),
     (15, 6, 129_280, False): (1, 256, 64, 2048, 8, 2048, 8, 2, 8, True, False),

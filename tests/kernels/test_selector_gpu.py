@@ -531,13 +531,13 @@ def test_statuses_at_full_vocabulary(all_greedy: bool, tma: bool) -> None:
 def test_greedy_only_blocks_see_a_nan_in_any_group_at_full_vocabulary(
     batch: int, layout: tuple[bool, int, int], dtype: torch.dtype
 ) -> None:
-    """The plans at B = 15 and 64 (pointer loads of [rows, 2 or 4 groups, block_v] tiles,
-    4 steps a chunk of 2048) and at B = 256 (TMA boxes of [4 groups, 8 rows, 128 tokens],
-    8 steps a chunk of 4096): all-T0 blocks take each step's max over its groups, which on
-    the GPU ignores NaN (Triton's interpreter propagates it through every max), beside a
-    NaN test of the step's tokens: one NaN per request, at every (group, step) of a chunk,
-    in different chunks and rows and in the tail chunk, the row's max before or after it;
-    those requests are NAN, the others as the reference."""
+    """The plans at B = 15 and 64 (pointer loads of [rows, 2 or 4 groups, block_v] tiles, 4
+    steps a chunk of 2048 at B = 15, 8 of 4096 at B = 64) and at B = 256 (TMA boxes of [4
+    groups, 8 rows, 128 tokens], 8 steps a chunk of 4096): all-T0 blocks take each step's
+    max over its groups, which on the GPU ignores NaN (Triton's interpreter propagates it
+    through every max), beside a NaN test of the step's tokens: one NaN per request, at
+    every (group, step) of a chunk, in different chunks and rows and in the tail chunk, the
+    row's max before or after it; those requests are NAN, the others as the reference."""
     drafts = 5
     plan = plan_launch(batch, drafts + 1, VOCAB, interpreter=False)
     assert (plan.tma, plan.groups, plan.block_v) == layout and plan.kind_order == plan.tma
