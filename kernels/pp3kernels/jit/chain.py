@@ -10,9 +10,10 @@ Every program loads GROUPS tiles a step. Programs holding sampled rows fold them
 lane with one rescale (max m, sum of exp2((l - m) log2(e)/tau), one exponential per
 element; a NaN shows as a NaN lane sum), plus the first argmax where the block also holds
 greedy rows; greedy-only programs keep per lane the max, its first index and a NaN flag
-(under TMA plans: the first index from the step's group argmax, ``_group_first_argmax``,
-so that no tile is read twice). On sm_90+ the whole chunks of rows that flatten to
-[B (K+1), V] come in as TMA boxes (``_step_tile``), the rest through pointer loads.
+(``_greedy_group_update``: the first index from the step's group argmax,
+``_group_first_argmax``, so that no tile is read twice). On sm_90+ the whole chunks of
+rows that flatten to [B (K+1), V] come in as TMA boxes (``_step_tile``), the rest through
+pointer loads.
 
 Phase 2, ``chain_finish_kernel`` (one program per request block):
 
@@ -215,6 +216,19 @@ def _group_first_argmax(x, lane_ids, run_max, run_arg):
 
 
 @triton.jit
+def _greedy_group_update(x, lane_ids, run_max, run_arg, run_nan):
+    """Per-lane max, first argmax and NaN flag of greedy rows after a [rows, GROUPS,
+    BLOCK_V] tile: m' = max(m, max_g x_g), the first argmax from ``_group_first_argmax``
+    (strict >, so a later tie keeps the earlier token), and nan' = nan | any_g (x_g != x_g),
+    a NaN test of every token. Returns (run_max, run_arg, run_nan)."""
+    # Built-in reductions only: Triton's interpreter runs a custom tl.reduce element by
+    # element (a NaN-propagating max here took CI's greedy tests from 2 s to 30-140 s).
+    run_nan = run_nan | (tl.max((x != x).to(tl.int32), axis=1) != 0)
+    tile_max, run_arg = _group_first_argmax(x, lane_ids, run_max, run_arg)
+    return tl.maximum(run_max, tile_max), run_arg, run_nan
+
+
+@triton.jit
 def _finite(x):
     return (x != float("-inf")) & (x != float("inf"))
 
@@ -279,8 +293,8 @@ def _pointer_lane_statistics(
     run_sum = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.float32)
     run_arg = tl.full([BLOCK_R, BLOCK_V], _BIG_INDEX, dtype=tl.int32)
     run_nan = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int1)
+    offs_g = tl.arange(0, GROUPS)[None, :, None] * BLOCK_V + lane[None, None, :]
     if any_t1 > 0:
-        offs_g = tl.arange(0, GROUPS)[None, :, None] * BLOCK_V + lane[None, None, :]
         scale = (inv_tau_r * _LOG2E)[:, None]
         if any_t0 == 0:
             for v0 in range(0, CHUNK, GROUPS * BLOCK_V):
@@ -301,14 +315,13 @@ def _pointer_lane_statistics(
                 run_max, run_sum = _sampled_group_update(x, tile_max, run_max, run_sum, scale)
         run_nan = run_sum != run_sum
     else:
-        offs_g = tl.arange(0, GROUPS)[None, :, None] * BLOCK_V + lane[None, None, :]
         for v0 in range(0, CHUNK, GROUPS * BLOCK_V):
             x = _load_groups(
                 logits_ptr, row_off, chunk_start + v0 + offs_g, mask_r, chunk_end, stride_lv
             ).to(tl.float32)
-            run_nan = run_nan | (tl.max((x != x).to(tl.int32), axis=1) != 0)
-            tile_max, run_arg = _group_first_argmax(x, chunk_start + v0 + lane, run_max, run_arg)
-            run_max = tl.maximum(run_max, tile_max)
+            run_max, run_arg, run_nan = _greedy_group_update(
+                x, chunk_start + v0 + lane, run_max, run_arg, run_nan
+            )
     return run_max, run_sum, run_arg, run_nan
 
 
@@ -376,11 +389,9 @@ def _chunk_statistics(
     else:
         for v0 in tl.range(0, CHUNK, GROUPS * BLOCK_V, num_stages=STAGES):
             x = _step_tile(source, chunk_start + v0, BLOCK_V, FROM_DESC).to(tl.float32)
-            # Built-in reductions only: Triton's interpreter runs a custom tl.reduce element by
-            # element (a NaN-propagating max here took CI's greedy tests from 2 s to 30-140 s).
-            run_nan = run_nan | (tl.max((x != x).to(tl.int32), axis=1) != 0)
-            tile_max, run_arg = _group_first_argmax(x, chunk_start + v0 + lane, run_max, run_arg)
-            run_max = tl.maximum(run_max, tile_max)
+            run_max, run_arg, run_nan = _greedy_group_update(
+                x, chunk_start + v0 + lane, run_max, run_arg, run_nan
+            )
     return run_max, run_sum, run_arg, run_nan
 
 
