@@ -61,6 +61,12 @@ elapsed() { echo $(( $(date +%s) - start )); }
 # the call's remaining time (see above); PP3_CALL_S: the call's length where less device
 # time is left than a whole call (the command's limit_s less ~30 s for the returns)
 left() { echo $(( ${PP3_CALL_S:-570} - $(elapsed) )); }
+# A warm machine keeps /tmp between calls: wheels an earlier call installed would stay on the
+# path (2026-12-03: wheels carried once beyond orjson and crc32c, typer and rich among them,
+# newer than the image's, made every later `pp3` call fail at import: no module named
+# 'pydantic'), so the site starts empty. Carry in .whl only what the image lacks
+# (orjson, crc32c).
+rm -rf /tmp/site
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit 3
 if ls .whl-fi/gpu/*.whl >/dev/null 2>&1; then  # FlashInfer's wheels, when carried
