@@ -96,7 +96,8 @@ _KIND_ORDER_BATCH = 256
 # (sixteenth session's A/B at B256 / B1024: T1 -5.2% / -7.6%, T0 -3.5% / -1.2%, spread-mixed
 # -3.9% / -7.9%; from 64 requests, with pointer loads, B64 T0 gained 6%, T1 and mixed 0).
 # Step 21: from 64 requests, with the draw reading a 4096-token chunk as one tile below 256
-# (eighteenth session's plan sweep at B64 on step 20: T1 -2.0%, T0 -6.6%, spread-mixed -2.6%).
+# (its A/B at B64 against step 20, nineteenth session: T0 -6.4%, T1 -2.1%, spread-mixed
+# -0.7%, dense q -24%, sparse S = 4096 -15%; outputs identical).
 _LONG_CHUNK_BATCH = 64
 _LONG_CHUNK = 4096
 _TILE_ELEMENTS_LARGE_BATCH = 1024

@@ -106,8 +106,10 @@ _TMA_STAGES = tl.constexpr(3)
 # roundoff. A chunk mass M from the partials is an fp32 value: each of its terms passes
 # through the n online steps of its lane (an exponential of a few u and an add or a rescale
 # each), the lane's rescale to the chunk max, a tree sum over BLOCK_V lanes and the rescale
-# to the row max in phase 2; at the GPU plan (2048-token chunks, 256 lanes, n = 8) a
-# first-order worst case of its relative error is about 60 u, just under 2^-18. The support
+# to the row max in phase 2; at the GPU plans (2048-token chunks of 256 lanes, n = 8; and
+# 4096-token chunks of 128 lanes, n = 8 steps of 4 tokens a lane: a term passes one 4-term
+# group sum more and one tree level less) a first-order worst case of its relative error is
+# about 60 u, just under 2^-18. The support
 # exponentials e_s, by contrast, are the very fp32 values the draw uses. So where the
 # non-support remainder M - sum e_s is at most 2^-18 M it may be rounding alone (even of the
 # wrong sign, then clamped to 0), and the chunk is rescanned exactly. This guards two things:
@@ -344,6 +346,7 @@ def _chunk_statistics(
     GROUPS: tl.constexpr,
     FROM_DESC: tl.constexpr,
     STAGES: tl.constexpr,
+    PURE_ONLY: tl.constexpr,
 ):
     """Per-lane statistics of one chunk for BLOCK_R rows: (run_max, run_sum, run_arg,
     run_nan), each [BLOCK_R, BLOCK_V]; GROUPS tiles a step (``_step_tile``).
@@ -359,6 +362,12 @@ def _chunk_statistics(
     sixteenth session.) A step's max ignores NaN on the GPU and is NaN in Triton's
     interpreter, where numpy's maximum propagates it; either way the NaN test flags the
     row and its request ends as NAN, whatever its statistics.
+
+    PURE_ONLY: every block that calls this holds rows of one kind (kind order's TMA boxes
+    read pure groups only), so this instance carries no mixed loop. Dead code still costs:
+    with the mixed loop in both instances the phase-1 program compiled to 79 registers,
+    without it in the TMA one to 72 (sm_90a, bench/compile_sm90.py), and spread-mixed
+    B1024 ran 3.7% faster (v5 step 22, bench/NOTES.md).
     """
     lane = tl.arange(0, BLOCK_V)
     offs_g = tl.arange(0, GROUPS)[None, :, None] * BLOCK_V + lane[None, None, :]
@@ -367,9 +376,13 @@ def _chunk_statistics(
     run_arg = tl.full([BLOCK_R, BLOCK_V], _BIG_INDEX, dtype=tl.int32)
     run_nan = tl.zeros([BLOCK_R, BLOCK_V], dtype=tl.int1)
     source = (logits_desc, flat0, logits_ptr, row_off, offs_g, mask_r, chunk_end, stride_lv)
+    if PURE_ONLY:
+        mixed = 0  # a constant: the mixed loop below is not compiled
+    else:
+        mixed = any_t0
     if any_t1 > 0:
         scale = (inv_tau_r * _LOG2E)[:, None]
-        if any_t0 == 0:
+        if mixed == 0:
             for v0 in tl.range(0, CHUNK, GROUPS * BLOCK_V, num_stages=STAGES):
                 x = _step_tile(source, chunk_start + v0, BLOCK_V, FROM_DESC).to(tl.float32)
                 run_max, run_sum = _sampled_group_update(
@@ -558,10 +571,22 @@ def chain_stats_kernel(
                 GROUPS,
                 True,
                 _TMA_STAGES,
+                KIND_ORDER,
             )
         else:
             run_max, run_sum, run_arg, run_nan = _chunk_statistics(
-                *args, mask_r, inv_tau_r, any_t1, any_t0, CHUNK, BLOCK_R, BLOCK_V, GROUPS, False, 1
+                *args,
+                mask_r,
+                inv_tau_r,
+                any_t1,
+                any_t0,
+                CHUNK,
+                BLOCK_R,
+                BLOCK_V,
+                GROUPS,
+                False,
+                1,
+                False,
             )
         row_max, row_sum = _combine_max_sum(run_max, run_sum, inv_tau_r[:, None], 1)
         row_arg = _first_argmax(run_max, run_arg, row_max, 1)
