@@ -14,10 +14,13 @@ from typing import Any
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from chain_rounding import EPSILON, rounding_distance
 from layout import assert_uniform_layout
 from scipy.stats import power_divergence
 
+import pp3kernels.selector as selector_module
 from pp3kernels.contract import (
     STATUS_ALL_MASKED,
     STATUS_NAN,
@@ -26,6 +29,7 @@ from pp3kernels.contract import (
 )
 from pp3kernels.drafts import sample_drafts
 from pp3kernels.interface import ChainInputs, ChainResult
+from pp3kernels.jit import chain as chain_kernels
 from pp3kernels.philox import (
     torch_philox_kat,
     triton_philox_kat,
@@ -654,3 +658,175 @@ def test_first_token_law_at_v1000(plan: LaunchPlan | None) -> None:
     assert _pooled_g_test(counts, _law(1000, 0.9)) > ALPHA
     # the same counts against the law at the wrong temperature must fail (power check)
     assert _pooled_g_test(counts, _law(1000, 1.2)) < ALPHA
+
+
+# ---- The cancellation guard of the residual chunk masses (jit/chain.py, _RESCAN_BELOW)
+
+
+@triton.jit  # type: ignore[untyped-decorator]
+def _chunk_mass_gap_kernel(  # type: ignore[no-untyped-def]
+    logits_ptr,
+    stride_lb,
+    stride_lk,
+    stride_lv,
+    temp_ptr,
+    part_max_ptr,
+    part_sum_ptr,
+    mass_ptr,
+    exact_ptr,
+    V,
+    ROWS: tl.constexpr,
+    NSPLIT: tl.constexpr,
+    NSPLIT_P2: tl.constexpr,
+    CHUNK: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """For flat row program_id(0) (a T1 row) and chunk program_id(1): the chunk mass phase 2
+    forms from phase 1's partials, M_c = s_c exp((m_c - m) inv_tau) in fp32 (m the row max,
+    as _row_statistics and _chunk_masses take them), and the fp64 sum over the chunk's tokens
+    of the very fp32 exponentials e_v = exp((l_v - m) inv_tau) that _support_corrections
+    subtracts from it and the draw sums."""
+    flat = tl.program_id(0)
+    c = tl.program_id(1)
+    req = flat // ROWS
+    row = flat % ROWS
+    inv_tau = 1.0 / tl.load(temp_ptr + req)
+    splits = tl.arange(0, NSPLIT_P2)
+    p_max = tl.load(
+        part_max_ptr + flat * NSPLIT + splits, mask=splits < NSPLIT, other=float("-inf")
+    )
+    m = tl.max(p_max, axis=0)
+    c_max = tl.load(part_max_ptr + flat * NSPLIT + c)
+    c_sum = tl.load(part_sum_ptr + flat * NSPLIT + c)
+    mass = tl.where(c_max != float("-inf"), c_sum * tl.exp((c_max - m) * inv_tau), 0.0)
+    base = logits_ptr + req.to(tl.int64) * stride_lb + row.to(tl.int64) * stride_lk
+    total = tl.zeros([BLOCK], dtype=tl.float64)
+    for v0 in range(0, CHUNK, BLOCK):
+        offs = c * CHUNK + v0 + tl.arange(0, BLOCK)
+        ok = offs < V
+        logit = tl.load(base + offs.to(tl.int64) * stride_lv, mask=ok, other=float("-inf"))
+        e = tl.exp((logit.to(tl.float32) - m) * inv_tau)
+        total += tl.where(ok, e, 0.0).to(tl.float64)
+    tl.store(mass_ptr + flat * NSPLIT + c, mass)
+    tl.store(exact_ptr + flat * NSPLIT + c, tl.sum(total, axis=0))
+
+
+class _RecordingLaunch:
+    """Launches the wrapped kernel and keeps the positional arguments of its last launch."""
+
+    def __init__(self, kernel: Any) -> None:
+        self.kernel = kernel
+        self.args: tuple[Any, ...] = ()
+
+    def __getitem__(self, grid: Any) -> Any:
+        def launch(*args: Any, **meta: Any) -> None:
+            self.args = args
+            self.kernel[grid](*args, **meta)
+
+        return launch
+
+
+def _guard_stress_logits(batch: int, chunk: int, dtype: torch.dtype) -> torch.Tensor:
+    """[batch, 6, V] logits, row i of every request in pattern i, each built to stress one
+    part of a chunk mass's rounding: 0, 4 N(0, 1); 1, a ramp rising 0 -> 8 across every
+    chunk (each lane's max rises every step: a rescale each step); 2, all 0 but a +2 at the
+    last token (every other chunk sums one repeated term exp(-2/tau)); 3, a ramp falling
+    8 -> 0 across every chunk; 4, 0 or -3 at random (two repeated terms); 5, 4 N(0, 1) less
+    0.75 per chunk index (chunks ever further below the row max: large rescale
+    exponents)."""
+    generator = torch.Generator(device=DEVICE).manual_seed(41)
+    ids = torch.arange(VOCAB, device=DEVICE)
+    within = (ids % chunk).float() / chunk
+    noise = torch.randn((batch, VOCAB), generator=generator, device=DEVICE) * 4
+    coin = torch.rand((batch, VOCAB), generator=generator, device=DEVICE) < 0.5
+    spike = torch.zeros(VOCAB, device=DEVICE)
+    spike[-1] = 2.0
+    patterns = [
+        noise,
+        (within * 8).expand(batch, VOCAB),
+        spike.expand(batch, VOCAB),
+        (8 - within * 8).expand(batch, VOCAB),
+        torch.where(coin, 0.0, -3.0),
+        noise - (ids // chunk).float() * 0.75,
+    ]
+    return torch.stack(patterns, dim=1).to(dtype)
+
+
+@pytest.mark.parametrize(
+    ("batch", "dtype"),
+    [
+        (1, torch.bfloat16),
+        (16, torch.bfloat16),
+        (64, torch.bfloat16),
+        (64, torch.float16),
+        (64, torch.float32),
+        (256, torch.bfloat16),
+    ],
+    ids=str,
+)
+def test_chunk_masses_stay_inside_the_rescan_guard(
+    monkeypatch: pytest.MonkeyPatch, batch: int, dtype: torch.dtype
+) -> None:
+    """The guard's premise, measured on every GPU plan (2048-token chunks of 256 lanes at
+    B = 1 and 16, 4096-token ones of 128 lanes from 64 on, through TMA boxes at 256): a chunk
+    mass M_c from phase 1's partials exceeds the fp64 sum of its tokens' own fp32
+    exponentials by at most 2^-18 M_c wherever the chunk holds at least 2^-20 of its row's
+    mass, so a chunk whose every token is a rejected draft's support (no residual mass at
+    all) is always rescanned, never drawn from as a phantom. Where a chunk holds less, any
+    excess over the guard is at most 2^-30 of the row's mass (a phantom there could be
+    drawn with probability below 1e-9, and would end its request as BAD_DRAFT, not emit a
+    wrong token). Rows in the six patterns of ``_guard_stress_logits``, temperatures
+    0.3-1.8 (none a power of two but 1.0)."""
+    taus = torch.tensor([0.3, 0.7, 1.0, 1.37, 1.8, 0.55], device=DEVICE)
+    plan = plan_launch(batch, 6, VOCAB, interpreter=False)
+    args: Args = {
+        "logits": _guard_stress_logits(batch, plan.chunk, dtype),
+        "draft_tokens": torch.full((batch, 5), -1, dtype=torch.int32, device=DEVICE),
+        "temperature": taus[torch.arange(batch, device=DEVICE) % taus.numel()],
+        "seed": torch.arange(batch, dtype=torch.int64, device=DEVICE),
+        "position": torch.zeros(batch, dtype=torch.int64, device=DEVICE),
+    }
+    stats = _RecordingLaunch(selector_module._chain_stats_kernel)
+    monkeypatch.setattr(selector_module, "_chain_stats_kernel", stats)
+    result = verify_chain(**args, plan=plan)
+    assert bool((result.status == STATUS_OK).all()), result.status.tolist()
+    names = chain_kernels.chain_stats_kernel.arg_names
+    part_max = stats.args[names.index("part_max_ptr")]
+    part_sum = stats.args[names.index("part_sum_ptr")]
+    mass = torch.empty_like(part_sum)
+    exact = torch.empty(part_sum.shape, dtype=torch.float64, device=DEVICE)
+    logits = args["logits"]
+    _chunk_mass_gap_kernel[(batch * 6, plan.nsplit)](
+        logits,
+        *logits.stride(),
+        args["temperature"],
+        part_max,
+        part_sum,
+        mass,
+        exact,
+        VOCAB,
+        ROWS=6,
+        NSPLIT=plan.nsplit,
+        NSPLIT_P2=triton.next_power_of_2(plan.nsplit),
+        CHUNK=plan.chunk,
+        BLOCK=1024,
+    )
+    guard = float(chain_kernels._RESCAN_BELOW.value)
+    mass64 = mass.double()
+    row_mass = mass64.sum(dim=-1, keepdim=True)
+    live = mass64 > 0
+    heavy = live & (mass64 >= row_mass * 2.0**-20)
+    excess = torch.where(live, (mass64 - exact) / mass64, 0.0)
+    unit = 2.0**-24
+    worst = excess[heavy].max().item()
+    case = (
+        f"B={batch} {dtype} chunk {plan.chunk} block_v {plan.block_v} "
+        f"tma {reads_by_tma(plan, logits)}: worst (M - sum e)/M {worst / unit:.1f} u where the "
+        f"chunk holds >= 2^-20 of its row, {excess[live].max().item() / unit:.1f} u anywhere, "
+        f"{(-excess[heavy]).max().item() / unit:.1f} u below"
+    )
+    print(case)
+    assert heavy.sum().item() >= batch * 6, case  # every row has a heavy chunk
+    assert worst <= guard, case
+    escape = ((mass64 - exact - guard * mass64).clamp(min=0) / row_mass)[live]
+    assert escape.max().item() <= 2.0**-30, case + f"; escape {escape.max().item():.3g}"
