@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import torch
+from launches import NoLaunch, RecordingLaunch
 from layout import assert_uniform_layout
 from scipy.stats import power_divergence
 
@@ -1442,26 +1443,6 @@ def test_groups_must_be_a_power_of_two_of_at_least_two() -> None:
             _kernel(args, plan=plan)
 
 
-class _RecordingLaunch:
-    """Launches the wrapped kernel and keeps the positional arguments of its last launch."""
-
-    def __init__(self, kernel: Any) -> None:
-        self.kernel = kernel
-        self.args: tuple[Any, ...] = ()
-
-    def __getitem__(self, grid: Any) -> Any:
-        def launch(*args: Any, **meta: Any) -> None:
-            self.args = args
-            self.kernel[grid](*args, **meta)
-
-        return launch
-
-
-class _NoLaunch:
-    def __getitem__(self, grid: Any) -> Any:
-        return lambda *args, **meta: None
-
-
 @pytest.mark.parametrize("greedy_share", [0.0, 0.5, 1.0], ids=["t1", "mixed", "t0"])
 @pytest.mark.parametrize("batch_plan", [None, 4, 16], ids=["interpreter", "gpu-b4", "gpu-b16"])
 def test_phase1_partials_combine_to_each_rows_statistics(
@@ -1482,9 +1463,9 @@ def test_phase1_partials_combine_to_each_rows_statistics(
     plan = None
     if batch_plan is not None:
         plan = plan_launch(batch_plan, drafts + 1, vocab, interpreter=False)
-    stats = _RecordingLaunch(selector_module._chain_stats_kernel)
+    stats = RecordingLaunch(selector_module._chain_stats_kernel)
     monkeypatch.setattr(selector_module, "_chain_stats_kernel", stats)
-    monkeypatch.setattr(selector_module, "_chain_finish_kernel", _NoLaunch())
+    monkeypatch.setattr(selector_module, "_chain_finish_kernel", NoLaunch())
     _kernel(args, plan=plan)
     part_max, part_sum, part_arg = (t.double() for t in stats.args[5:8])
     x = args["logits"].double()

@@ -17,6 +17,7 @@ import torch
 import triton
 import triton.language as tl
 from chain_rounding import EPSILON, rounding_distance
+from launches import RecordingLaunch
 from layout import assert_uniform_layout
 from scipy.stats import power_divergence
 
@@ -711,21 +712,6 @@ def _chunk_mass_gap_kernel(  # type: ignore[no-untyped-def]
     tl.store(exact_ptr + flat * NSPLIT + c, tl.sum(total, axis=0))
 
 
-class _RecordingLaunch:
-    """Launches the wrapped kernel and keeps the positional arguments of its last launch."""
-
-    def __init__(self, kernel: Any) -> None:
-        self.kernel = kernel
-        self.args: tuple[Any, ...] = ()
-
-    def __getitem__(self, grid: Any) -> Any:
-        def launch(*args: Any, **meta: Any) -> None:
-            self.args = args
-            self.kernel[grid](*args, **meta)
-
-        return launch
-
-
 def _guard_stress_logits(batch: int, chunk: int, dtype: torch.dtype) -> torch.Tensor:
     """[batch, 6, V] logits, row i of every request in pattern i, each built to stress one
     part of a chunk mass's rounding: 0, 4 N(0, 1); 1, a ramp rising 0 -> 8 across every
@@ -786,7 +772,7 @@ def test_chunk_masses_stay_inside_the_rescan_guard(
         "seed": torch.arange(batch, dtype=torch.int64, device=DEVICE),
         "position": torch.zeros(batch, dtype=torch.int64, device=DEVICE),
     }
-    stats = _RecordingLaunch(selector_module._chain_stats_kernel)
+    stats = RecordingLaunch(selector_module._chain_stats_kernel)
     monkeypatch.setattr(selector_module, "_chain_stats_kernel", stats)
     result = verify_chain(**args, plan=plan)
     assert bool((result.status == STATUS_OK).all()), result.status.tolist()

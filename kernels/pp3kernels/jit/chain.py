@@ -554,39 +554,32 @@ def chain_stats_kernel(
         any_t0 = tl.max((~t1_r & mask_r).to(tl.int32), axis=0)
     if TMA:
         flat0 = pid_b * BLOCK_R
-        args = (logits_desc, flat0, logits_ptr, row_off, chunk_start, chunk_end, stride_lv)
+        # The runtime arguments of both instances below (source, chunk, rows, kinds).
+        args = (
+            logits_desc,
+            flat0,
+            logits_ptr,
+            row_off,
+            chunk_start,
+            chunk_end,
+            stride_lv,
+            mask_r,
+            inv_tau_r,
+            any_t1,
+            any_t0,
+        )
         whole = chunk_start + CHUNK <= V
         if KIND_ORDER:
             whole = whole & in_order  # a box reads consecutive rows only
+        # Boxes (FROM_DESC, pipelined), and under kind order only pure groups reach them
+        # (PURE_ONLY); the last, partial chunk and mixed groups through pointer loads.
         if whole:
             run_max, run_sum, run_arg, run_nan = _chunk_statistics(
-                *args,
-                mask_r,
-                inv_tau_r,
-                any_t1,
-                any_t0,
-                CHUNK,
-                BLOCK_R,
-                BLOCK_V,
-                GROUPS,
-                True,
-                _TMA_STAGES,
-                KIND_ORDER,
+                *args, CHUNK, BLOCK_R, BLOCK_V, GROUPS, True, _TMA_STAGES, KIND_ORDER
             )
         else:
             run_max, run_sum, run_arg, run_nan = _chunk_statistics(
-                *args,
-                mask_r,
-                inv_tau_r,
-                any_t1,
-                any_t0,
-                CHUNK,
-                BLOCK_R,
-                BLOCK_V,
-                GROUPS,
-                False,
-                1,
-                False,
+                *args, CHUNK, BLOCK_R, BLOCK_V, GROUPS, False, 1, False
             )
         row_max, row_sum = _combine_max_sum(run_max, run_sum, inv_tau_r[:, None], 1)
         row_arg = _first_argmax(run_max, run_arg, row_max, 1)
