@@ -87,6 +87,10 @@ _LARGE_BATCH = 16
 # Checked again at 80 registers (step 16, fourteenth session): at B64 T0 38.7 -> 36.0 but
 # T1 39.6 -> 41.3 and spread-mixed 41.4 -> 46.1, so the line stays.
 _TMA_BATCH = 256
+# From this many requests up to _TMA_BATCH, phase 1 reads greedy-only blocks through TMA
+# boxes and every block holding a sampled row through pointer loads (step 23,
+# bench/NOTES.md: the fourteenth session's B64 T0 gain without its T1 and mixed losses).
+_TMA_GREEDY_BATCH = 64
 # From this many requests on, phase 1 takes each group's rows in kind order (step 17: at
 # B256 / B1024 spread-mixed batches ran 9.6% / 11.2% faster and all-T1 ones 4.8% / 4.0%
 # slower; below 256 every case lost 0.5-6%) (bench/NOTES.md).
@@ -155,7 +159,8 @@ class LaunchPlan:
     1 runs, read the inputs that do not depend on it, then wait for it (griddepcontrol).
     With tma (flat_rows plans; honoured where ``reads_by_tma`` says the device and the
     logits' layout allow it), phase 1 reads its whole chunks as [flat_rows, groups,
-    block_v] boxes of the tensor memory accelerator instead of pointer loads. With
+    block_v] boxes of the tensor memory accelerator instead of pointer loads; with
+    tma_greedy_only too (ignored with kind_order), only blocks of greedy rows alone do. With
     kind_order (flat_rows plans), phase 1 takes the rows of each flat_rows requests in kind
     order, T1 requests first, so that mixed batches run blocks of one kind; blocks of a
     group holding both kinds then read with pointer loads (their rows are not consecutive).
@@ -172,6 +177,7 @@ class LaunchPlan:
     finish_warps: int = 4  # warps of the phase-2 launches (rescan and finish)
     overlap: bool = False  # phase 2 starts during phase 1 (programmatic dependent launch)
     tma: bool = False  # phase 1 reads whole chunks through the tensor memory accelerator
+    tma_greedy_only: bool = False  # ... for greedy-only blocks alone (others: pointer loads)
     kind_order: bool = False  # phase 1 takes flat rows T1 first, T0 after, per flat_rows requests
 
 
@@ -274,8 +280,10 @@ def plan_launch(
         overlap=support == 1,
         # TMA boxes: the max-only pass read at 0.93x the copy floor at B1024 against
         # 1.1-1.2x with pointer loads (bench/NOTES.md, eleventh session); from
-        # _TMA_BATCH requests on, where the whole selector gained (twelfth session).
-        tma=batch >= _TMA_BATCH,
+        # _TMA_BATCH requests on, where the whole selector gained (twelfth session);
+        # for greedy-only blocks from _TMA_GREEDY_BATCH on (step 23).
+        tma=batch >= _TMA_GREEDY_BATCH,
+        tma_greedy_only=_TMA_GREEDY_BATCH <= batch < _TMA_BATCH,
         # Rows in kind order: mixed batches run sampled-only and greedy-only blocks
         # (bench/NOTES.md, step 17), from _KIND_ORDER_BATCH requests on.
         kind_order=batch >= _KIND_ORDER_BATCH,
@@ -359,6 +367,7 @@ def launch_constants(
         "OVERLAP": overlap,
         "TMA": tma,
         "KIND_ORDER": bool(plan.flat_rows) and plan.kind_order,
+        "TMA_GREEDY_ONLY": plan.tma_greedy_only and not plan.kind_order,
     }
     phase2: dict[str, int | bool] = {
         **shape,

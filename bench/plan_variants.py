@@ -1,0 +1,101 @@
+"""The selector under other launch plans than the one it picks: same outputs, which is faster.
+
+Run on the device machine (`python3 bench/plan_variants.py [--only WORD ...]`); `--cpu`
+runs every case once at a small V in Triton's interpreter, to check the script itself.
+
+Each case (bench/selector_ab.py's inputs and timing: CUDA graphs of 10 calls rotating over
+enough input sets to exceed 2 x L2, median of 100 replays, µs per call) runs under the plan
+``verify_chain`` picks ("default") and under the variants named beside it, each a
+``dataclasses.replace`` of that plan; every variant's outputs (tokens, accepted, status on
+every input set) must be the default's bit for bit, or the script fails. Variants:
+
+- point drafts, B64 (all T1, all T0, every other request T0): phase 1 with no TMA boxes,
+  and with boxes for every block (``tma_greedy_only`` off), beside the default;
+- point drafts, B256 (all T1, all T0, the first half T0, every other request T0): kind order
+  off, TMA off, both off (where spread-mixed batches lose against all-T1 ones);
+- sparse q of S = 64, 1024 and 4096 slots at B4 and B64: the phase-2 launches overlapped
+  with phase 1 (programmatic dependent launch and the finish's partials read last), which
+  the default plan gives point drafts and dense q only.
+
+Prints one table last: case, variant, µs, ratio to the default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from typing import Any
+
+import torch
+from launch_split import time_calls  # bench/ is the script's own folder
+from selector_ab import case_plan, digest, input_sets, make_inputs
+
+from pp3kernels.selector import LaunchPlan, verify_chain
+
+_POINT_B64 = {"no tma": {"tma": False}, "all boxes": {"tma_greedy_only": False}}
+_POINT_B256 = {
+    "no kind order": {"kind_order": False},
+    "no tma": {"tma": False},
+    "neither": {"tma": False, "kind_order": False},
+}
+_SPARSE = {"overlap": {"overlap": True}}
+
+
+def cases(cpu: bool) -> list[tuple[str, int, str, str, dict[str, dict[str, Any]]]]:
+    """(name, batch, temperatures, q form, {variant: plan fields}) of every case."""
+    if cpu:
+        out = [(f"B4 {t} point", 4, t, "point", _POINT_B64) for t in ("T1", "T0", "mix")]
+        return out + [("B4 sparse64", 4, "T1", "sparse64", _SPARSE)]
+    out = [(f"B64 {t} point", 64, t, "point", _POINT_B64) for t in ("T1", "T0", "mix")]
+    out += [(f"B256 {t} point", 256, t, "point", _POINT_B256) for t in ("T1", "T0", "half", "mix")]
+    out += [
+        (f"B{b} sparse{s}", b, "T1", f"sparse{s}", _SPARSE)
+        for b in (4, 64)
+        for s in (64, 1024, 4096)
+    ]
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cpu", action="store_true", help="smoke test in the interpreter")
+    parser.add_argument("--only", nargs="+", metavar="WORD", help="cases naming one of these")
+    args = parser.parse_args()
+    device, vocab = ("cpu", 3000) if args.cpu else ("cuda", 129_280)
+    l2 = 60 << 20 if args.cpu else torch.cuda.get_device_properties(0).L2_cache_size
+    rows: list[tuple[str, str, float, float]] = []
+    same = True
+    for name, batch, temps, q, variants in cases(args.cpu):
+        if args.only and not any(word in name for word in args.only):
+            continue
+        sets = input_sets(batch, vocab, l2, cpu=args.cpu)
+        inputs = [make_inputs(batch, temps, q, i, vocab, device) for i in range(sets)]
+        default: LaunchPlan = case_plan(batch, q, vocab, cpu=args.cpu)
+        plans = {"default": default}
+        plans |= {v: dataclasses.replace(default, **fields) for v, fields in variants.items()}
+        base_us = 0.0
+        reference = ""
+        for variant, plan in plans.items():
+            outputs = [verify_chain(**a, validate=False, plan=plan) for a in inputs]
+            got = digest([t for out in outputs for t in out])
+            reference = reference or got
+            if got != reference:
+                print(f"{name} {variant}: outputs differ from the default plan's", flush=True)
+                same = False
+            calls = [lambda a=a, p=plan: verify_chain(**a, validate=False, plan=p) for a in inputs]
+            us = time_calls(calls, args.cpu)
+            base_us = base_us or us
+            rows.append((name, variant, us, us / base_us))
+            print(f"{name} {variant}: {us:.2f} us ({plan})", flush=True)
+        del inputs
+    print(f"{'case':16s} {'variant':14s} {'us':>9s} {'/default':>9s}")
+    for name, variant, us, ratio in rows:
+        print(f"{name:16s} {variant:14s} {us:9.2f} {ratio:9.3f}")
+    if not same:
+        print("FAILED: a variant's outputs differ from the default plan's")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
