@@ -109,7 +109,11 @@ _TMA_STAGES = tl.constexpr(3)
 # to the row max in phase 2; at the GPU plans (2048-token chunks of 256 lanes, n = 8; and
 # 4096-token chunks of 128 lanes, n = 8 steps of 4 tokens a lane: a term passes one 4-term
 # group sum more and one tree level less) a first-order worst case of its relative error is
-# about 60 u, just under 2^-18. The support
+# about 60 u, just under 2^-18. Measured on the H200 (tests/kernels/test_selector_gpu.py,
+# test_chunk_masses_stay_inside_the_rescan_guard, rows built to stress the online sums): at
+# most 21 u wherever a chunk holds >= 2^-20 of its row; chunks far below the row max exceed
+# the first-order count (up to 2314 u, and 0.018 M for a subnormal mass), but there the
+# excess stays under 2^-30 of the row's mass (docs/selector.md). The support
 # exponentials e_s, by contrast, are the very fp32 values the draw uses. So where the
 # non-support remainder M - sum e_s is at most 2^-18 M it may be rounding alone (even of the
 # wrong sign, then clamped to 0), and the chunk is rescanned exactly. This guards two things:
