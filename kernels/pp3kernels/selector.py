@@ -87,10 +87,6 @@ _LARGE_BATCH = 16
 # Checked again at 80 registers (step 16, fourteenth session): at B64 T0 38.7 -> 36.0 but
 # T1 39.6 -> 41.3 and spread-mixed 41.4 -> 46.1, so the line stays.
 _TMA_BATCH = 256
-# From this many requests up to _TMA_BATCH, phase 1 reads greedy-only blocks through TMA
-# boxes and every block holding a sampled row through pointer loads (step 23,
-# bench/NOTES.md: the fourteenth session's B64 T0 gain without its T1 and mixed losses).
-_TMA_GREEDY_BATCH = 64
 # From this many requests on, phase 1 takes each group's rows in kind order (step 17: at
 # B256 / B1024 spread-mixed batches ran 9.6% / 11.2% faster and all-T1 ones 4.8% / 4.0%
 # slower; below 256 every case lost 0.5-6%) (bench/NOTES.md).
@@ -129,6 +125,12 @@ _WIDE_SUPPORT_SLOTS = 2048
 # 1 warp 27.9, 4 warps 50.6; bench/NOTES.md, ninth session); its finish then compiles to 56
 # block barriers instead of 85, and its rescan no longer spills.
 _FINISH_WARPS_DENSE_SMALL_BATCH = 2
+# Sparse q overlaps its launches too (programmatic dependent launch, the finish reading the
+# partials last), except with a slot axis S_P2 above this and below _WIDE_SUPPORT_SLOTS
+# (bench/NOTES.md, twenty-first session, bench/plan_variants.py: overlapped, S = 64 ran
+# 7.4% / 3.7% faster at B4 / B64 and S = 4096 7.3% / 3.7%, but S = 1024 27% slower at B4
+# and 7% faster at B64; step 8b, before steps 9-22, had found S = 64 5% slower at B4).
+_OVERLAP_NARROW_SLOTS = 64
 # Phase 2 pads its chunk axis to a power of two of at least 8: Triton 3.6 fails to lower the
 # fp64 cumulative sum over that axis on sm_90 when it is too short (a ScanOpToLLVM assertion
 # seen on the H200 below 8; a one-wide axis does not even compile). The q-slot axis is
@@ -159,8 +161,7 @@ class LaunchPlan:
     1 runs, read the inputs that do not depend on it, then wait for it (griddepcontrol).
     With tma (flat_rows plans; honoured where ``reads_by_tma`` says the device and the
     logits' layout allow it), phase 1 reads its whole chunks as [flat_rows, groups,
-    block_v] boxes of the tensor memory accelerator instead of pointer loads; with
-    tma_greedy_only too (ignored with kind_order), only blocks of greedy rows alone do. With
+    block_v] boxes of the tensor memory accelerator instead of pointer loads. With
     kind_order (flat_rows plans), phase 1 takes the rows of each flat_rows requests in kind
     order, T1 requests first, so that mixed batches run blocks of one kind; blocks of a
     group holding both kinds then read with pointer loads (their rows are not consecutive).
@@ -177,7 +178,6 @@ class LaunchPlan:
     finish_warps: int = 4  # warps of the phase-2 launches (rescan and finish)
     overlap: bool = False  # phase 2 starts during phase 1 (programmatic dependent launch)
     tma: bool = False  # phase 1 reads whole chunks through the tensor memory accelerator
-    tma_greedy_only: bool = False  # ... for greedy-only blocks alone (others: pointer loads)
     kind_order: bool = False  # phase 1 takes flat rows T1 first, T0 after, per flat_rows requests
 
 
@@ -275,15 +275,13 @@ def plan_launch(
         flat_rows=r,
         groups=groups,
         finish_warps=finish_warps,
-        # Overlapped launches for point drafts and dense q only: sparse q of more slots
-        # finishes faster with the partials read first (bench/NOTES.md, step 8b).
-        overlap=support == 1,
+        # Overlapped launches, but sparse q of a middling slot axis finishes faster with
+        # the partials read first (bench/NOTES.md, step 8b and the twenty-first session).
+        overlap=wide or slot_axis(support) <= _OVERLAP_NARROW_SLOTS,
         # TMA boxes: the max-only pass read at 0.93x the copy floor at B1024 against
         # 1.1-1.2x with pointer loads (bench/NOTES.md, eleventh session); from
-        # _TMA_BATCH requests on, where the whole selector gained (twelfth session);
-        # for greedy-only blocks from _TMA_GREEDY_BATCH on (step 23).
-        tma=batch >= _TMA_GREEDY_BATCH,
-        tma_greedy_only=_TMA_GREEDY_BATCH <= batch < _TMA_BATCH,
+        # _TMA_BATCH requests on, where the whole selector gained (twelfth session).
+        tma=batch >= _TMA_BATCH,
         # Rows in kind order: mixed batches run sampled-only and greedy-only blocks
         # (bench/NOTES.md, step 17), from _KIND_ORDER_BATCH requests on.
         kind_order=batch >= _KIND_ORDER_BATCH,
@@ -367,7 +365,6 @@ def launch_constants(
         "OVERLAP": overlap,
         "TMA": tma,
         "KIND_ORDER": bool(plan.flat_rows) and plan.kind_order,
-        "TMA_GREEDY_ONLY": plan.tma_greedy_only and not plan.kind_order,
     }
     phase2: dict[str, int | bool] = {
         **shape,

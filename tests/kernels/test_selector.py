@@ -1348,13 +1348,17 @@ def test_dense_q_finishes_in_two_warps_below_the_large_batch(batch: int, warps: 
 
 def test_launches_overlap_on_the_large_vocabulary_gpu_plans_only() -> None:
     """Programmatic dependent launch is planned where it was measured to help (the
-    large-vocabulary GPU plans of point drafts and dense q, support 1; bench/NOTES.md steps 8
-    and 8b): sparse q of more slots keeps plain launches, and the interpreter and a CPU
-    tensor never overlap, whatever the plan says."""
-    assert plan_launch(4, 6, 129_280, interpreter=False).overlap
-    assert plan_launch(64, 6, 129_280, interpreter=False, support=1).overlap
-    for support in (2, 64, 1024, 4096):
-        assert not plan_launch(64, 6, 129_280, interpreter=False, support=support).overlap
+    large-vocabulary GPU plans of point drafts, dense q, and sparse q of up to 64 slots or
+    of 2048 and more; bench/NOTES.md steps 8 and 8b and the twenty-first session): sparse q
+    of a slot axis in between (S = 1024 measured) keeps plain launches, and the
+    interpreter and a CPU tensor never overlap, whatever the plan says."""
+    for batch in (4, 64):
+        assert plan_launch(batch, 6, 129_280, interpreter=False).overlap
+        assert plan_launch(batch, 6, 129_280, interpreter=False, dense=True).overlap
+        for support in (2, 4, 5, 64, 1025, 4096):  # 1025: a slot axis of 2048
+            assert plan_launch(batch, 6, 129_280, interpreter=False, support=support).overlap
+        for support in (65, 1024):
+            assert not plan_launch(batch, 6, 129_280, interpreter=False, support=support).overlap
     assert not plan_launch(4, 6, 1000, interpreter=False).overlap
     assert not plan_launch(4, 6, 129_280, interpreter=True).overlap
     assert not overlaps(plan_launch(4, 6, 129_280, interpreter=False), torch.device("cpu"))

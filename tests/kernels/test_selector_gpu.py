@@ -252,16 +252,25 @@ def test_agrees_with_reference_at_full_vocabulary(batch: int, drafts: int, q: st
 
 
 @pytest.mark.parametrize(
-    ("batch", "q"), [(1, "point"), (4, "dense"), (64, "sparse"), (256, "point")]
+    ("batch", "q", "support", "planned"),
+    [
+        (1, "point", 1, True),
+        (4, "dense", 1, True),
+        (64, "sparse", 64, True),
+        (4, "sparse", 1024, False),  # a middling slot axis: planned with plain launches
+        (256, "point", 1, True),
+    ],
 )
-def test_overlapped_launches_give_the_same_bits(batch: int, q: str) -> None:
+def test_overlapped_launches_give_the_same_bits(
+    batch: int, q: str, support: int, planned: bool
+) -> None:
     """Phase 2 launched during phase 1 (LaunchPlan.overlap: programmatic dependent launch)
     reads the partials only after phase 1 is done: it equals the plain launches bit for
-    bit, for sparse q too (planned without overlap, but a caller's plan may ask for it; the
-    plain launches read the partials first, the overlapped ones after the inputs). Two
-    input sets alternate, three calls each, so that the partials' buffer (reused by the
-    caching allocator) holds the other set's values whenever it is read too early."""
-    support = 64 if q == "sparse" else 1
+    bit, for sparse q too (the plain launches read the partials first, the overlapped ones
+    after the inputs; sparse q of 65 to 1024 slots is planned without overlap, but a
+    caller's plan may ask for it). Two input sets alternate, three calls each, so that the
+    partials' buffer (reused by the caching allocator) holds the other set's values
+    whenever it is read too early."""
     sets = [
         _make_large(
             batch=batch,
@@ -275,7 +284,7 @@ def test_overlapped_launches_give_the_same_bits(batch: int, q: str) -> None:
         for i in range(2)
     ]
     base = plan_launch(batch, 6, VOCAB, interpreter=False, support=support, dense=q == "dense")
-    assert base.overlap == (support == 1)  # sparse q of more slots is planned without it
+    assert base.overlap == planned
     overlapped, apart = replace(base, overlap=True), replace(base, overlap=False)
     plain = [verify_chain(**args, validate=False, plan=apart) for args in sets]
     for _round in range(3):
@@ -293,7 +302,6 @@ def test_overlapped_launches_give_the_same_bits(batch: int, q: str) -> None:
         (4, "dense", 1.0),
         (16, "point", 0.0),
         (64, "sparse", 1.0),
-        (64, "point", None),  # greedy-only blocks by boxes, the others by pointer loads
         (256, "point", None),
         (1024, "point", 1.0),
     ],
@@ -302,9 +310,8 @@ def test_tma_boxes_give_the_pointer_loads_bits(batch: int, q: str, greedy: float
     """Phase 1 through TMA boxes (LaunchPlan.tma, sm_90+) equals the same plan with pointer
     loads bit for bit, on mixed, all-greedy and all-sampled batches (``greedy``: the T0
     share forced, None: the generator's quarter), and is what the plan takes on this
-    device from 256 requests on, and for greedy-only blocks alone from 64 on (below 64,
-    TMA is forced here: the plan takes pointer loads; from 64 to 255 both the plan's
-    greedy-only boxes and boxes for every block are checked)."""
+    device from 256 requests on (below, TMA is forced here: the plan takes pointer loads).
+    Greedy-only blocks find each row's first argmax by reading one step again."""
     support = 64 if q == "sparse" else 1
     args = _make_large(
         batch=batch, drafts=5, vocab=VOCAB, seed=53 * batch, q=q, device=DEVICE, support=support
@@ -314,15 +321,14 @@ def test_tma_boxes_give_the_pointer_loads_bits(batch: int, q: str, greedy: float
     elif greedy == 0.0:
         args["temperature"] = args["temperature"].clamp(min=0.3)
     plan = plan_launch(batch, 6, VOCAB, interpreter=False, support=support, dense=q == "dense")
-    assert plan.tma == (batch >= 64)
-    assert plan.tma_greedy_only == (64 <= batch < 256)
+    assert plan.tma == (batch >= 256)
+    boxes = replace(plan, tma=True)
+    assert reads_by_tma(boxes, args["logits"])
+    got = verify_chain(**args, validate=False, plan=boxes)
     want = verify_chain(**args, validate=False, plan=replace(plan, tma=False))
-    for boxes in {replace(plan, tma=True), replace(plan, tma=True, tma_greedy_only=False)}:
-        assert reads_by_tma(boxes, args["logits"])
-        got = verify_chain(**args, validate=False, plan=boxes)
-        assert torch.equal(got.tokens, want.tokens)
-        assert torch.equal(got.accepted, want.accepted)
-        assert torch.equal(got.status, want.status)
+    assert torch.equal(got.tokens, want.tokens)
+    assert torch.equal(got.accepted, want.accepted)
+    assert torch.equal(got.status, want.status)
 
 
 @pytest.mark.parametrize(
@@ -532,21 +538,15 @@ def test_statuses_at_full_vocabulary(all_greedy: bool, tma: bool) -> None:
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize(
-    ("batch", "pointers", "layout"),
-    [
-        (15, False, (False, 2, 256)),
-        (64, True, (False, 4, 128)),
-        (64, False, (True, 4, 128)),
-        (256, False, (True, 4, 128)),
-    ],
-    ids=["pointers-2-groups", "pointers-4-groups", "tma-greedy-boxes", "tma-boxes"],
+    ("batch", "layout"),
+    [(15, (False, 2, 256)), (64, (False, 4, 128)), (256, (True, 4, 128))],
+    ids=["pointers-2-groups", "pointers-4-groups", "tma-boxes"],
 )
 def test_greedy_only_blocks_see_a_nan_in_any_group_at_full_vocabulary(
-    batch: int, pointers: bool, layout: tuple[bool, int, int], dtype: torch.dtype
+    batch: int, layout: tuple[bool, int, int], dtype: torch.dtype
 ) -> None:
     """The plans at B = 15 and 64 (pointer loads of [rows, 2 or 4 groups, block_v] tiles, 4
-    steps a chunk of 2048 at B = 15, 8 of 4096 at B = 64: the B64 plan's own, of greedy-only
-    boxes, and with its TMA turned off) and at B = 256 (TMA boxes of [4
+    steps a chunk of 2048 at B = 15, 8 of 4096 at B = 64) and at B = 256 (TMA boxes of [4
     groups, 8 rows, 128 tokens], 8 steps a chunk of 4096): all-T0 blocks take each step's
     max over its groups, which on the GPU ignores NaN (Triton's interpreter propagates it
     through every max), beside a NaN test of the step's tokens: one NaN per request, at
@@ -554,10 +554,7 @@ def test_greedy_only_blocks_see_a_nan_in_any_group_at_full_vocabulary(
     row's max before or after it; those requests are NAN, the others as the reference."""
     drafts = 5
     plan = plan_launch(batch, drafts + 1, VOCAB, interpreter=False)
-    if pointers:
-        plan = replace(plan, tma=False)
-    assert (plan.tma, plan.groups, plan.block_v) == layout
-    assert plan.kind_order == (batch >= 256)
+    assert (plan.tma, plan.groups, plan.block_v) == layout and plan.kind_order == plan.tma
     generator = torch.Generator(device=DEVICE).manual_seed(23)
     shape = (batch, drafts + 1, VOCAB)
     logits = (torch.randn(shape, generator=generator, device=DEVICE) * 3).to(dtype)

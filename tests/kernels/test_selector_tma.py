@@ -24,16 +24,7 @@ from pp3kernels.drafts import point_mass_q
 from pp3kernels.selector import LaunchPlan, reads_by_tma
 
 
-def _plan(
-    *,
-    chunk: int,
-    nsplit: int,
-    block_v: int,
-    flat_rows: int,
-    groups: int,
-    tma: bool,
-    greedy_boxes: bool = False,
-) -> Any:
+def _plan(*, chunk: int, nsplit: int, block_v: int, flat_rows: int, groups: int, tma: bool) -> Any:
     return LaunchPlan(
         block_b=1,
         block_v=block_v,
@@ -44,7 +35,6 @@ def _plan(
         flat_rows=flat_rows,
         groups=groups,
         tma=tma,
-        tma_greedy_only=greedy_boxes,
     )
 
 
@@ -73,19 +63,13 @@ _CASES = [
     ("none", torch.float32, 1.0, 4, 0, 40, 16, 3, 4, 2, 4),  # K = 0, greedy only, 4 groups
     ("sparse", torch.bfloat16, 1.0, 7, 3, 72, 32, 3, 8, 8, 4),  # greedy only, 4 groups
     ("sparse", torch.float32, 0.5, 9, 4, 100, 32, 4, 4, 16, 2),  # mixed blocks, tail of 4
-    # blocks of one request each (K+1 = 2 rows): greedy-only and sampled-only blocks side
-    # by side, so that with greedy boxes one call reads both ways
-    ("point", torch.bfloat16, 0.5, 8, 1, 40, 16, 3, 8, 2, 2),
 ]
 
 
-@pytest.mark.parametrize("greedy_boxes", [False, True], ids=["all-boxes", "greedy-boxes"])
 @pytest.mark.parametrize("case", _CASES, ids=lambda c: f"{c[0]}-{c[1]}-t0:{c[2]}-V{c[5]}")
 def test_tma_plans_equal_the_pointer_plan_and_the_reference(
-    monkeypatch: pytest.MonkeyPatch, case: tuple[Any, ...], greedy_boxes: bool
+    monkeypatch: pytest.MonkeyPatch, case: tuple[Any, ...]
 ) -> None:
-    """Boxes for every whole chunk, or (greedy_boxes, the B64-B255 plans) for the whole
-    chunks of greedy-only blocks alone, the rest by pointer loads: the pointer plan's bits."""
     form, dtype, greedy, batch, drafts, vocab, chunk, nsplit, block_v, flat, groups = case
     args = _make(
         batch=batch, drafts=drafts, vocab=vocab, seed=vocab + batch, q=form, dtype=dtype,
@@ -93,7 +77,7 @@ def test_tma_plans_equal_the_pointer_plan_and_the_reference(
     )  # fmt: skip
     shape = {"chunk": chunk, "nsplit": nsplit, "block_v": block_v, "flat_rows": flat}
     tma, pointers = (
-        _plan(**shape, groups=groups, tma=True, greedy_boxes=greedy_boxes),
+        _plan(**shape, groups=groups, tma=True),
         _plan(**shape, groups=groups, tma=False),
     )
     assert reads_by_tma(tma, args["logits"]) and not reads_by_tma(pointers, args["logits"])
@@ -125,17 +109,13 @@ def test_tma_plans_fall_back_to_pointer_loads_where_the_layout_needs_it(
 
 
 def test_the_gpu_plans_ask_for_tma_from_256_requests_on() -> None:
-    """Large vocabularies on a GPU ask for TMA boxes from 256 requests on, and from 64 on
-    for greedy-only blocks alone (below 256, the pointer program was faster on sampled
-    rows); the interpreter's and small-vocabulary plans never do (they tile whole
-    requests, not flat rows)."""
-    for batch, rows in ((256, 6), (1024, 2)):
-        plan = selector_module.plan_launch(batch, rows, 129_280, interpreter=False)
-        assert plan.tma and not plan.tma_greedy_only
-    for batch in (64, 255):
-        plan = selector_module.plan_launch(batch, 6, 129_280, interpreter=False)
-        assert plan.tma and plan.tma_greedy_only
-    assert not selector_module.plan_launch(63, 6, 129_280, interpreter=False).tma
+    """Large vocabularies on a GPU ask for TMA boxes from 256 requests on (below, the
+    pointer program was faster on sampled rows); the interpreter's and small-vocabulary
+    plans never do (they tile whole requests, not flat rows)."""
+    assert selector_module.plan_launch(256, 6, 129_280, interpreter=False).tma
+    assert selector_module.plan_launch(1024, 2, 129_280, interpreter=False).tma
+    assert not selector_module.plan_launch(255, 6, 129_280, interpreter=False).tma
+    assert not selector_module.plan_launch(64, 6, 129_280, interpreter=False).tma
     assert not selector_module.plan_launch(4, 6, 129_280, interpreter=False).tma
     assert not selector_module.plan_launch(256, 6, 1000, interpreter=False).tma
     assert not selector_module.plan_launch(4, 6, 1000, interpreter=False).tma

@@ -369,19 +369,16 @@ def test_each_case_names_the_selector_plan_it_was_timed_with() -> None:
         "finish_warps": 8,
         "overlap": True,
         "tma": False,
-        "tma_greedy_only": False,
         "kind_order": False,
     }
     assert (large["block_v"], large["num_warps"], large["groups"]) == (128, 4, 4)
-    # From 64 requests, TMA boxes for greedy-only blocks alone (v5 step 23)
-    assert large["tma"] is True and large["tma_greedy_only"] is True
-    assert large["kind_order"] is False
+    assert large["tma"] is False and large["kind_order"] is False
+    assert large["overlap"] is True  # sparse q of 64 slots overlaps its launches
     wide = probe_cases.ProbeCase(256, 5, 129280, "bf16", "point", 0, 64)
     # TMA boxes and rows in kind order from 256 requests on; chunks of 4096 tokens from 64
     # on, drawn from as one tile below 256 (v5 step 21) and in tiles of 1024 from 256
     wide_plan = probe.selector_plan(wide)
     assert wide_plan["tma"] is True and wide_plan["kind_order"] is True
-    assert wide_plan["tma_greedy_only"] is False
     assert (wide_plan["chunk"], wide_plan["nsplit"], wide_plan["block_f"]) == (4096, 32, 1024)
     assert (large["chunk"], large["nsplit"], large["block_f"]) == (4096, 32, 4096)
     # Given the device, what a call did there: on the CPU no overlap, and TMA boxes only in

@@ -351,7 +351,6 @@ def _chunk_statistics(
     FROM_DESC: tl.constexpr,
     STAGES: tl.constexpr,
     PURE_ONLY: tl.constexpr,
-    GREEDY_ONLY: tl.constexpr = False,
 ):
     """Per-lane statistics of one chunk for BLOCK_R rows: (run_max, run_sum, run_arg,
     run_nan), each [BLOCK_R, BLOCK_V]; GROUPS tiles a step (``_step_tile``).
@@ -373,9 +372,6 @@ def _chunk_statistics(
     with the mixed loop in both instances the phase-1 program compiled to 79 registers,
     without it in the TMA one to 72 (sm_90a, bench/compile_sm90.py), and spread-mixed
     B1024 ran 3.7% faster (v5 step 22, bench/NOTES.md).
-
-    GREEDY_ONLY: only blocks without a sampled row call this instance (the boxes of
-    ``TMA_GREEDY_ONLY`` plans), so it carries the greedy loop alone.
     """
     lane = tl.arange(0, BLOCK_V)
     offs_g = tl.arange(0, GROUPS)[None, :, None] * BLOCK_V + lane[None, None, :]
@@ -388,11 +384,7 @@ def _chunk_statistics(
         mixed = 0  # a constant: the mixed loop below is not compiled
     else:
         mixed = any_t0
-    if GREEDY_ONLY:
-        sampled = 0  # a constant: neither sampled loop is compiled
-    else:
-        sampled = any_t1
-    if sampled > 0:
+    if any_t1 > 0:
         scale = (inv_tau_r * _LOG2E)[:, None]
         if mixed == 0:
             for v0 in tl.range(0, CHUNK, GROUPS * BLOCK_V, num_stages=STAGES):
@@ -502,7 +494,6 @@ def chain_stats_kernel(
     OVERLAP: tl.constexpr,
     TMA: tl.constexpr,
     KIND_ORDER: tl.constexpr,
-    TMA_GREEDY_ONLY: tl.constexpr = False,
 ):
     """Phase 1: per-row partial statistics of one vocabulary chunk for a block of rows.
 
@@ -525,10 +516,6 @@ def chain_stats_kernel(
     of the tensor memory accelerator, the last, partial chunk with pointer loads, and so
     are the blocks of a kind-ordered group holding both kinds (their rows are not
     consecutive). The statistics are the same either way (same tiles, same arithmetic).
-    With TMA_GREEDY_ONLY (not with KIND_ORDER), boxes read greedy-only blocks only, and
-    blocks holding a sampled row run the pointer program (``_pointer_lane_statistics``):
-    below 256 requests boxes cost sampled rows more than they save, and save greedy ones
-    more (bench/NOTES.md, step 23).
 
     OVERLAP (sm_90+, with the phase-2 launch made with programmatic dependent launch): every
     program lets that launch start at once, so that its programs read their inputs while
@@ -569,50 +556,52 @@ def chain_stats_kernel(
     if not (FLAT and KIND_ORDER):
         any_t1 = tl.max((t1_r & mask_r).to(tl.int32), axis=0)
         any_t0 = tl.max((~t1_r & mask_r).to(tl.int32), axis=0)
-    # The pointer program's runtime arguments (rows, chunk, kinds).
-    pointer_args = (
-        logits_ptr,
-        row_off,
-        chunk_start,
-        chunk_end,
-        stride_lv,
-        mask_r,
-        inv_tau_r,
-        any_t1,
-        any_t0,
-    )
     if TMA:
         flat0 = pid_b * BLOCK_R
         # The runtime arguments of both instances below (source, chunk, rows, kinds).
-        args = (logits_desc, flat0) + pointer_args
+        args = (
+            logits_desc,
+            flat0,
+            logits_ptr,
+            row_off,
+            chunk_start,
+            chunk_end,
+            stride_lv,
+            mask_r,
+            inv_tau_r,
+            any_t1,
+            any_t0,
+        )
         whole = chunk_start + CHUNK <= V
         if KIND_ORDER:
             whole = whole & in_order  # a box reads consecutive rows only
-        if TMA_GREEDY_ONLY:
-            whole = whole & (any_t1 == 0)
         # Boxes (FROM_DESC, pipelined), and under kind order only pure groups reach them
         # (PURE_ONLY); the last, partial chunk and mixed groups through pointer loads.
         if whole:
             run_max, run_sum, run_arg, run_nan = _chunk_statistics(
-                *args,
-                CHUNK,
-                BLOCK_R,
-                BLOCK_V,
-                GROUPS,
-                True,
-                _TMA_STAGES,
-                KIND_ORDER or TMA_GREEDY_ONLY,
-                TMA_GREEDY_ONLY,
+                *args, CHUNK, BLOCK_R, BLOCK_V, GROUPS, True, _TMA_STAGES, KIND_ORDER
             )
         else:
             run_max, run_sum, run_arg, run_nan = _chunk_statistics(
-                *args, CHUNK, BLOCK_R, BLOCK_V, GROUPS, False, 1, False, False
+                *args, CHUNK, BLOCK_R, BLOCK_V, GROUPS, False, 1, False
             )
         row_max, row_sum = _combine_max_sum(run_max, run_sum, inv_tau_r[:, None], 1)
         row_arg = _first_argmax(run_max, run_arg, row_max, 1)
     else:
         run_max, run_sum, run_arg, run_nan = _pointer_lane_statistics(
-            *pointer_args, CHUNK, BLOCK_R, BLOCK_V, GROUPS
+            logits_ptr,
+            row_off,
+            chunk_start,
+            chunk_end,
+            stride_lv,
+            mask_r,
+            inv_tau_r,
+            any_t1,
+            any_t0,
+            CHUNK,
+            BLOCK_R,
+            BLOCK_V,
+            GROUPS,
         )
         row_max, row_sum = _combine_max_sum(run_max, run_sum, inv_tau_r[:, None], 1)
         row_arg = _first_argmax(run_max, run_arg, row_max, 1)
