@@ -24,7 +24,8 @@ become shared-memory round trips with block barriers). Each --pkg (a folder hold
 a `pp3kernels/` that has `selector.launch_constants`, i.e. from v5 step 8 on) is compiled in
 its own subprocess; the default
 is this tree's kernels/. Cases: phase 1 and phase 2 of point drafts at B4, B16, B64 and B256, sparse
-S = 64, 1024 and 4096 at B4, dense q at B4, V = 129280, K = 5. A static view only: it says
+S = 64, 1024 and 4096 at B4 and S = 1024 and 4096 at B64 (with step 25's counts and
+support launches where the plan splits the support), dense q at B4, V = 129280, K = 5. A static view only: it says
 where registers spill, not how long anything takes (that is `pp3 probe` on the device).
 """
 
@@ -52,6 +53,8 @@ CASES = [
     ("B4 sparse64", 4, "sparse", 64),
     ("B4 sparse1024", 4, "sparse", 1024),
     ("B4 sparse4096", 4, "sparse", 4096),
+    ("B64 sparse1024", 64, "sparse", 1024),
+    ("B64 sparse4096", 64, "sparse", 4096),
     ("B4 dense", 4, "dense", 1),
 ]
 # Pointer dtypes of the kernels' arguments (a sparse call passes the logits as the unused
@@ -73,6 +76,10 @@ _POINTERS = {
     "tokens_ptr": "*i32",
     "accepted_ptr": "*i32",
     "status_ptr": "*i8",
+    "count_ptr": "*i32",
+    "q_bad_ptr": "*i8",
+    "sup_e_ptr": "*fp64",
+    "sup_r_ptr": "*fp64",
 }
 
 
@@ -271,6 +278,10 @@ def worker(
         if q == "dense":
             rescan = chain.chain_rescan_kernel
             launches.append(("rescan", rescan, finish_const, plan.finish_warps, dense))
+        if q == "sparse" and getattr(plan, "support_tile", 0):  # step 25's split support
+            for phase in ("counts", "support"):
+                kernel = getattr(chain, f"chain_{phase}_kernel")
+                launches.append((phase, kernel, finish_const, plan.finish_warps, other))
         values = _int_values(batch, q, support, plan.nsplit)
         for phase, kernel, constexprs, warps, pointer_types in launches:
             names = {p.name for p in kernel.params}

@@ -13,9 +13,13 @@ every input set) must be the default's bit for bit, or the script fails. Variant
   beside the default's pointer loads;
 - point drafts, B256 (all T1, all T0, the first half T0, every other request T0): kind order
   off, TMA off, both off (where spread-mixed batches lose against all-T1 ones);
-- sparse q of S = 64, 1024 and 4096 slots at B4 and B64: the phase-2 launches overlapped
-  with phase 1 (programmatic dependent launch and the finish's partials read last) and
-  plain, whichever of the two the default plan is not.
+- sparse q of S = 64, 256, 1024 and 4096 slots at B4 and B64: the phase-2 launches
+  overlapped with phase 1 (programmatic dependent launch and the finish's partials read
+  last) and plain, whichever of the two the default plan is not; from S = 256, where the
+  plan splits the support over programs (step 25), also the finish summing it alone
+  (support_tile 0), overlapped and plain. The split sums a stop row's support in another
+  order, so its outputs may differ from the unsplit ones where a uniform lands within
+  rounding of a boundary: such a difference is reported as one, and fails the script.
 
 A variant that leaves the default plan as it is (e.g. overlap where the plan overlaps
 already) is skipped, not timed twice.
@@ -43,6 +47,12 @@ _POINT_B256 = {
     "neither": {"tma": False, "kind_order": False},
 }
 _SPARSE = {"overlap": {"overlap": True}, "plain": {"overlap": False}}
+# Step 25's split support (from 128 padded slots) against the finish summing it alone.
+_SPLIT = {
+    **_SPARSE,
+    "unsplit": {"support_tile": 0},
+    "unsplit plain": {"support_tile": 0, "overlap": False},
+}
 
 
 def cases(cpu: bool) -> list[tuple[str, int, str, str, dict[str, dict[str, Any]]]]:
@@ -53,9 +63,9 @@ def cases(cpu: bool) -> list[tuple[str, int, str, str, dict[str, dict[str, Any]]
     out = [(f"B64 {t} point", 64, t, "point", _POINT_B64) for t in ("T1", "T0", "mix")]
     out += [(f"B256 {t} point", 256, t, "point", _POINT_B256) for t in ("T1", "T0", "half", "mix")]
     out += [
-        (f"B{b} sparse{s}", b, "T1", f"sparse{s}", _SPARSE)
+        (f"B{b} sparse{s}", b, "T1", f"sparse{s}", _SPARSE if s < 128 else _SPLIT)
         for b in (4, 64)
-        for s in (64, 1024, 4096)
+        for s in (64, 256, 1024, 4096)
     ]
     return out
 

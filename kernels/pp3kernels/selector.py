@@ -35,15 +35,18 @@ from pp3kernels.jit import (
     Q_NONE,
     Q_SPARSE,
     Launchable,
+    chain_counts_kernel,
     chain_finish_kernel,
     chain_rescan_kernel,
     chain_stats_kernel,
+    chain_support_kernel,
 )
 from pp3kernels.jit.launch import (
     MAX_LOOPED_SLOTS,
     MAX_MEMBERSHIP_TILE,
     MAX_PAIRWISE_SLOTS,
     MAX_SLOT_TILE,
+    SPLIT_SUPPORT_SLOTS,
 )
 from pp3kernels.runtime import is_interpreter
 from pp3kernels.validate import validate_chain_inputs
@@ -52,6 +55,8 @@ from pp3kernels.validate import validate_chain_inputs
 # (bench/phase_timings.py times phase 1 alone by replacing the finish launch).
 _chain_stats_kernel: Launchable = chain_stats_kernel
 _chain_rescan_kernel: Launchable = chain_rescan_kernel
+_chain_counts_kernel: Launchable = chain_counts_kernel
+_chain_support_kernel: Launchable = chain_support_kernel
 _chain_finish_kernel: Launchable = chain_finish_kernel
 
 # ---- Plan constants. Interpreter: every program instance costs a second or more and numpy
@@ -125,12 +130,14 @@ _WIDE_SUPPORT_SLOTS = 2048
 # 1 warp 27.9, 4 warps 50.6; bench/NOTES.md, ninth session); its finish then compiles to 56
 # block barriers instead of 85, and its rescan no longer spills.
 _FINISH_WARPS_DENSE_SMALL_BATCH = 2
-# Sparse q overlaps its launches too (programmatic dependent launch, the finish reading the
-# partials last), except with a slot axis S_P2 above this and below _WIDE_SUPPORT_SLOTS
-# (bench/NOTES.md, twenty-first session, bench/plan_variants.py: overlapped, S = 64 ran
-# 7.4% / 3.7% faster at B4 / B64 and S = 4096 7.3% / 3.7%, but S = 1024 27% slower at B4
-# and 7% faster at B64; step 8b, before steps 9-22, had found S = 64 5% slower at B4).
-_OVERLAP_NARROW_SLOTS = 64
+# Sparse q of a slot axis of SPLIT_SUPPORT_SLOTS (128) or more: the support-split launches
+# (step 25: chain_counts_kernel, then chain_support_kernel over tiles of slots, then the
+# finish), in tiles of MAX_MEMBERSHIP_TILE / NSPLIT_P2 slots, so that each program's
+# membership tile is the size the finish holds for a narrow support (bench/NOTES.md).
+# Every q form overlaps its launches (programmatic dependent launch, the finish reading the
+# partials last): sparse q of 65-1024 slots, whose finish summed the support itself, ran
+# 27% slower so at B4 (twenty-first session) and was planned with plain launches until
+# step 25 took that sum out of the finish.
 # Phase 2 pads its chunk axis to a power of two of at least 8: Triton 3.6 fails to lower the
 # fp64 cumulative sum over that axis on sm_90 when it is too short (a ScanOpToLLVM assertion
 # seen on the H200 below 8; a one-wide axis does not even compile). The q-slot axis is
@@ -165,6 +172,10 @@ class LaunchPlan:
     kind_order (flat_rows plans), phase 1 takes the rows of each flat_rows requests in kind
     order, T1 requests first, so that mixed batches run blocks of one kind; blocks of a
     group holding both kinds then read with pointer loads (their rows are not consecutive).
+    With support_tile = n > 0 (a power of two; sparse q only, ignored otherwise), phase 2
+    is three launches: the draft rows' counts (one program per request block and draft
+    row), the stop row's support sums per chunk (one program per request block and tile of
+    n slots), then the finish, which adds the tiles instead of reading all S slots itself.
     """
 
     block_b: int
@@ -179,6 +190,7 @@ class LaunchPlan:
     overlap: bool = False  # phase 2 starts during phase 1 (programmatic dependent launch)
     tma: bool = False  # phase 1 reads whole chunks through the tensor memory accelerator
     kind_order: bool = False  # phase 1 takes flat rows T1 first, T0 after, per flat_rows requests
+    support_tile: int = 0  # sparse q: slots per chain_support_kernel program (0: none)
 
 
 def slot_axis(support: int) -> int:
@@ -265,6 +277,9 @@ def plan_launch(
     # launch shape"), and so do the chunks of 4096 from 256 requests on (not measured).
     one_tile = chunk == _CHUNK or (chunk == _LONG_CHUNK and batch < _TMA_BATCH)
     block_f = chunk if one_tile and not dense else _DRAW_TILE
+    # A wide support splits its membership over programs (step 25), and then overlaps.
+    split_support = slot_axis(support) >= SPLIT_SUPPORT_SLOTS
+    support_tile = MAX_MEMBERSHIP_TILE // split_axis(nsplit) if split_support else 0
     return LaunchPlan(
         1,
         block_v,
@@ -275,9 +290,7 @@ def plan_launch(
         flat_rows=r,
         groups=groups,
         finish_warps=finish_warps,
-        # Overlapped launches, but sparse q of a middling slot axis finishes faster with
-        # the partials read first (bench/NOTES.md, step 8b and the twenty-first session).
-        overlap=wide or slot_axis(support) <= _OVERLAP_NARROW_SLOTS,
+        overlap=True,
         # TMA boxes: the max-only pass read at 0.93x the copy floor at B1024 against
         # 1.1-1.2x with pointer loads (bench/NOTES.md, eleventh session); from
         # _TMA_BATCH requests on, where the whole selector gained (twelfth session).
@@ -285,6 +298,7 @@ def plan_launch(
         # Rows in kind order: mixed batches run sampled-only and greedy-only blocks
         # (bench/NOTES.md, step 17), from _KIND_ORDER_BATCH requests on.
         kind_order=batch >= _KIND_ORDER_BATCH,
+        support_tile=support_tile,
     )
 
 
@@ -374,6 +388,7 @@ def launch_constants(
         "NSPLIT_P2": split_axis(plan.nsplit),
         "BLOCK_F": plan.block_f or plan.block_v,
         "OVERLAP": overlap,
+        "SUPPORT_TILE": plan.support_tile if q_mode == Q_SPARSE else 0,
     }
     return stats, phase2
 
@@ -477,6 +492,8 @@ def verify_chain(
         raise ValueError(f"{plan}: groups must be a power of two >= 2")
     if plan.finish_warps not in (1, 2, 4, 8, 16, 32):
         raise ValueError(f"{plan}: finish_warps must be a power of two from 1 to 32")
+    if plan.support_tile < 0 or plan.support_tile & (plan.support_tile - 1):
+        raise ValueError(f"{plan}: support_tile must be 0 or a power of two")
     blocks = triton.cdiv(batch, plan.block_b)
     # Phase 1 writes, phase 2 reads: per (request, row, chunk) max, sum, argmax and flags;
     # both kernels take them, then (B, V, chunk, NSPLIT), in this order.
@@ -506,6 +523,21 @@ def verify_chain(
         masses = torch.empty((batch, plan.nsplit), dtype=torch.float64, device=device)
     else:
         masses = partials[1]
+    # Sparse q split over support tiles: chain_counts_kernel writes every draft row's count
+    # and q verdict, chain_support_kernel every stop row's support sums per tile and chunk
+    # (two fp64 buffers), the finish kernel reads both; otherwise placeholders, never read.
+    support_tile = int(phase2_meta["SUPPORT_TILE"])
+    tiles = triton.cdiv(support, support_tile) if support_tile else 0
+    if tiles:
+        counted = (
+            torch.empty((batch, max(k, 1)), dtype=torch.int32, device=device),
+            torch.empty((batch, max(k, 1)), dtype=torch.int8, device=device),
+        )
+        sums = torch.empty((2, batch, tiles, plan.nsplit), dtype=torch.float64, device=device)
+        support_sums = (sums[0], sums[1])
+    else:
+        counted = (partials[2], partials[3])
+        support_sums = (partials[1], partials[1])
 
     if plan.flat_rows:
         stats_grid = (triton.cdiv(batch * rows, plan.flat_rows), plan.nsplit)
@@ -539,6 +571,8 @@ def verify_chain(
         *partials,
         scratch,
         masses,
+        *counted,
+        *support_sums,
     )
     # With overlap, both phase-2 launches are programmatic dependent launches (each waits
     # for the launch before it inside the kernel, before its first read of its output).
@@ -547,6 +581,11 @@ def verify_chain(
         launch2["launch_pdl"] = True
     if q_mode == Q_DENSE:
         _chain_rescan_kernel[(blocks, plan.nsplit)](
+            *phase2, *split, float(den), **phase2_meta, **launch2
+        )
+    if tiles and k > 0:  # (no draft row: nothing to count, no stop row rejects a draft)
+        _chain_counts_kernel[(blocks, k)](*phase2, *split, float(den), **phase2_meta, **launch2)
+        _chain_support_kernel[(blocks, tiles)](
             *phase2, *split, float(den), **phase2_meta, **launch2
         )
     _chain_finish_kernel[(blocks,)](

@@ -17,10 +17,12 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+from dataclasses import replace
 from typing import Any
 
 import pytest
 import torch
+import triton
 from launches import NoLaunch, RecordingLaunch
 from layout import assert_uniform_layout
 from scipy.stats import power_divergence
@@ -476,13 +478,17 @@ def test_flat_rows_must_be_a_power_of_two() -> None:
         _kernel(args, plan=plan)
 
 
-def test_split_plan_wide_support_in_every_chunk_equals_reference() -> None:
+@pytest.mark.parametrize("support_tile", [0, 64], ids=["in-finish", "split-64"])
+def test_split_plan_wide_support_in_every_chunk_equals_reference(support_tile: int) -> None:
     """A 600-token support over five chunks of 400 tokens: the finish kernel sums the
-    support's corrections four chunks at a time (S_P2 * NSPLIT_P2 > 4096) and applies
-    the residual to each drawn tile through the scratch row; same bits as the default plan
-    and the reference, and every request stops on a sampled row at least once."""
+    support's corrections four chunks at a time (S_P2 * NSPLIT_P2 > 4096), or (support_tile
+    64) chain_counts_kernel counts the drafts and chain_support_kernel sums the corrections
+    in 10 tiles of 64 slots; either way the residual reaches each drawn tile through the
+    scratch row; same bits as the default plan and the reference, and every request stops
+    on a sampled row at least once."""
     args = _make(batch=8, drafts=3, vocab=2000, seed=7, support=600, greedy_share=0.0)
-    split = _kernel(args, plan=_split_plan(nsplit=5, chunk_tiles=50))
+    plan = replace(_split_plan(nsplit=5, chunk_tiles=50), support_tile=support_tile)
+    split = _kernel(args, plan=plan)
     _assert_same(split, _kernel(args), args)
     _assert_same(split, _reference(args), args)
     assert int((split.accepted < 3).sum()) == 8
@@ -1062,12 +1068,15 @@ def test_without_validation_malformed_q_on_a_live_row_reports_bad_draft(case: st
     _assert_same(got, want, args)
 
 
-def test_without_validation_wide_support_checks_every_slot_tile() -> None:
+@pytest.mark.parametrize("support_tile", [0, 128], ids=["in-finish", "split-128"])
+def test_without_validation_wide_support_checks_every_slot_tile(support_tile: int) -> None:
     """S = 600 slots (padded to 1024, read in tiles of MAX_SLOT_TILE = 256 by the acceptance
     test): the draft's count, the row's mass and the per-slot rules are gathered over every
     tile. Request 0 is well formed with its draft in the third tile; requests 1-3 each break
     one rule in a different tile (a negative count with mass C, a zero-count slot that names
-    an id, mass C - 1). The kernel agrees with the reference on every status and token."""
+    an id, mass C - 1). The kernel agrees with the reference on every status and token,
+    with the finish reading the slots itself and with chain_counts_kernel reading them
+    (support_tile 128: its tiles of R x 256 slots, R = 2)."""
     assert MAX_SLOT_TILE == 256
     vocab, support, den = 1000, 600, 1024
     ids = torch.arange(support, dtype=torch.int32).repeat(4, 1, 1)  # [4, 1, 600]
@@ -1095,8 +1104,29 @@ def test_without_validation_wide_support_checks_every_slot_tile() -> None:
             _kernel(_select(args, torch.tensor([b])))
     want = _reference(args, validate=False)
     assert want.status.tolist() == [STATUS_OK] + [STATUS_BAD_DRAFT] * 3
-    got = _kernel(args, validate=False)
+    plan = replace(_split_plan(nsplit=1, chunk_tiles=125), support_tile=support_tile)
+    got = _kernel(args, validate=False, plan=plan)
     _assert_same(got, want, args)
+
+
+def test_split_support_sums_many_tiles_in_blocks() -> None:
+    """chain_support_kernel's tiles added in the finish in blocks of MAX_MEMBERSHIP_TILE /
+    NSPLIT_P2 tiles: 250 chunks of 8 tokens (NSPLIT_P2 = 256, blocks of 16 tiles) and a
+    200-slot support in tiles of 4 slots (50 tiles: four blocks, the last one partial).
+    Same tokens as the reference and as the finish summing the support alone."""
+    args = _make(batch=2, drafts=1, vocab=2000, seed=29, support=200, greedy_share=0.0)
+    base = _split_plan(nsplit=250, chunk_tiles=1)
+    split = _kernel(args, plan=replace(base, support_tile=4))
+    _assert_same(split, _reference(args), args)
+    _assert_same(split, _kernel(args, plan=base), args)
+    assert int((split.accepted < 1).sum()) > 0  # a stop row that rejected its draft
+
+
+def test_support_tile_must_be_zero_or_a_power_of_two() -> None:
+    args = _make(batch=2, drafts=1, vocab=30, seed=3, support=5)
+    plan = LaunchPlan(block_b=1, block_v=8, nsplit=1, chunk=32, num_warps=4, support_tile=3)
+    with pytest.raises(ValueError, match="support_tile must be 0 or a power of two"):
+        _kernel(args, plan=plan)
 
 
 # --------------------------------------------------------------------------------------
@@ -1296,8 +1326,8 @@ def test_gpu_split_plans_agree_with_reference(q: str, support: int, drafts: int)
     each drawn in one tile, dense q's in 1024-token tiles; the small-batch tile shape), run in
     the interpreter on six mixed
     requests with K = 3 (rows = R = 4) or K = 5 (6 rows, R = 8): same bits as the reference.
-    S = 600 takes the four-chunks-at-a-time membership, the acceptance's slot tiles and the
-    scratch-row draw; dense q the rescan launch."""
+    S = 600 takes the split support (counts, then sums per tile of 64 slots and chunk: step
+    25) and the scratch-row draw; dense q the rescan launch."""
     vocab = 4100
     args = _make(batch=6, drafts=drafts, vocab=vocab, seed=support + drafts, q=q, support=support)
     plan = plan_launch(6, drafts + 1, vocab, interpreter=False, support=support, dense=q == "dense")
@@ -1347,18 +1377,22 @@ def test_dense_q_finishes_in_two_warps_below_the_large_batch(batch: int, warps: 
 
 
 def test_launches_overlap_on_the_large_vocabulary_gpu_plans_only() -> None:
-    """Programmatic dependent launch is planned where it was measured to help (the
-    large-vocabulary GPU plans of point drafts, dense q, and sparse q of up to 64 slots or
-    of 2048 and more; bench/NOTES.md steps 8 and 8b and the twenty-first session): sparse q
-    of a slot axis in between (S = 1024 measured) keeps plain launches, and the
-    interpreter and a CPU tensor never overlap, whatever the plan says."""
+    """Programmatic dependent launch is planned on every large-vocabulary GPU plan (point
+    drafts, dense q, sparse q of any support: bench/NOTES.md steps 8, 8b and 25), and the
+    support is split over programs from a slot axis of 128 on (step 25); the
+    small-vocabulary plans, the interpreter and a CPU tensor never overlap, whatever the
+    plan says."""
     for batch in (4, 64):
         assert plan_launch(batch, 6, 129_280, interpreter=False).overlap
         assert plan_launch(batch, 6, 129_280, interpreter=False, dense=True).overlap
-        for support in (2, 4, 5, 64, 1025, 4096):  # 1025: a slot axis of 2048
-            assert plan_launch(batch, 6, 129_280, interpreter=False, support=support).overlap
-        for support in (65, 1024):
-            assert not plan_launch(batch, 6, 129_280, interpreter=False, support=support).overlap
+        for support in (2, 4, 5, 64, 65, 1024, 1025, 4096):  # 1025: a slot axis of 2048
+            plan = plan_launch(batch, 6, 129_280, interpreter=False, support=support)
+            assert plan.overlap
+            split = plan.support_tile * max(8, triton.next_power_of_2(plan.nsplit)) == 4096
+            assert split == (support > 64), (support, plan)
+        assert plan_launch(batch, 6, 129_280, interpreter=False, dense=True).support_tile == 0
+    assert plan_launch(4, 6, 1000, interpreter=False, support=4096).support_tile == 0
+    assert plan_launch(4, 6, 129_280, interpreter=True, support=4096).support_tile == 0
     assert not plan_launch(4, 6, 1000, interpreter=False).overlap
     assert not plan_launch(4, 6, 129_280, interpreter=True).overlap
     assert not overlaps(plan_launch(4, 6, 129_280, interpreter=False), torch.device("cpu"))
@@ -1828,9 +1862,11 @@ def _absorbed_chunk_case(logit_seed: int, delta: float) -> Args:
 
 
 @pytest.mark.parametrize("logit_seed", [4])  # a seed whose chunk-0 rounding remainder is > 0
-def test_split_plan_never_draws_from_an_absorbed_chunk(logit_seed: int) -> None:
+@pytest.mark.parametrize("support_tile", [0, 16], ids=["in-finish", "split-16"])
+def test_split_plan_never_draws_from_an_absorbed_chunk(logit_seed: int, support_tile: int) -> None:
     args = _absorbed_chunk_case(logit_seed, delta=1e-5)
-    got = _kernel(args, plan=_split_plan(nsplit=2, chunk_tiles=8))
+    plan = replace(_split_plan(nsplit=2, chunk_tiles=8), support_tile=support_tile)
+    got = _kernel(args, plan=plan)
     assert got.status.tolist() == [STATUS_OK] * got.status.numel()
     assert got.accepted.tolist() == [0] * got.status.numel()
     assert bool((got.tokens[:, 0] >= 64).all()), got.tokens[:, 0].tolist()

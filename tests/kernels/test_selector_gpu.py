@@ -257,7 +257,7 @@ def test_agrees_with_reference_at_full_vocabulary(batch: int, drafts: int, q: st
         (1, "point", 1, True),
         (4, "dense", 1, True),
         (64, "sparse", 64, True),
-        (4, "sparse", 1024, False),  # a middling slot axis: planned with plain launches
+        (4, "sparse", 1024, True),  # the split support's four launches (step 25)
         (256, "point", 1, True),
     ],
 )
@@ -267,8 +267,8 @@ def test_overlapped_launches_give_the_same_bits(
     """Phase 2 launched during phase 1 (LaunchPlan.overlap: programmatic dependent launch)
     reads the partials only after phase 1 is done: it equals the plain launches bit for
     bit, for sparse q too (the plain launches read the partials first, the overlapped ones
-    after the inputs; sparse q of 65 to 1024 slots is planned without overlap, but a
-    caller's plan may ask for it). Two input sets alternate, three calls each, so that the
+    after the inputs; from 128 padded slots the counts, support and finish launches each
+    wait for the one before, and the counts launch for phase 1 before it exits). Two input sets alternate, three calls each, so that the
     partials' buffer (reused by the caching allocator) holds the other set's values
     whenever it is read too early."""
     sets = [
@@ -371,11 +371,14 @@ def test_kind_ordered_rows_give_the_flat_order_bits(batch: int, q: str, pattern:
     assert int((args["temperature"] == 0).sum()) not in (0, batch)
 
 
-@pytest.mark.parametrize(("batch", "support"), [(4, 8), (4, 64), (64, 1024), (4, 4096)])
+@pytest.mark.parametrize(
+    ("batch", "support"), [(4, 8), (4, 64), (64, 256), (64, 1024), (4, 4096), (64, 4096)]
+)
 def test_wide_support_agrees_with_reference_at_full_vocabulary(batch: int, support: int) -> None:
     """Sparse q past 4 slots draws through the scratch row (``_scatter_residuals``), and
-    past S_P2 * 64 splits = 4096 sums the support's corrections four chunks at a time: K = 5,
-    1024 mixed requests per case, the same agreement rule as above."""
+    from 128 padded slots on the plans split the support over programs (counts, then the
+    stop row's sums per tile of slots and chunk: step 25): K = 5, 1024 mixed requests per
+    case, the same agreement rule as above."""
     _assert_agreement(
         batch=batch, drafts=5, q="sparse", requests=1024, seed=7 * support + batch, support=support
     )
@@ -657,13 +660,19 @@ def _law(vocab: int, tau: float) -> torch.Tensor:
 
 @pytest.mark.parametrize(
     "plan",
-    [None, LaunchPlan(block_b=1, block_v=128, nsplit=8, chunk=128, num_warps=4)],
-    ids=["default-plan", "forced-8-splits"],
+    [
+        None,
+        LaunchPlan(block_b=1, block_v=128, nsplit=8, chunk=128, num_warps=4),
+        LaunchPlan(block_b=1, block_v=128, nsplit=8, chunk=128, num_warps=4, support_tile=2),
+    ],
+    ids=["default-plan", "forced-8-splits", "forced-8-splits-split-support"],
 )
 def test_first_token_law_at_v1000(plan: LaunchPlan | None) -> None:
     """First emitted token ~ p (G-test, alpha 1e-6). The default GPU plan of a 20K-request
     batch at V = 1000 is a single split (the batch alone fills the GPU), so the split path
-    (atomics, chunk masses, rescanned support chunks 0, 1, 3 and 7 of 8) is forced too."""
+    (atomics, chunk masses, rescanned support chunks 0, 1, 3 and 7 of 8) is forced too, and
+    once more with the support's four slots counted and summed by the split-support
+    launches in two tiles of two (step 25)."""
     counts = _first_token_counts(1000, DEVICE, plan)
     assert _pooled_g_test(counts, _law(1000, 0.9)) > ALPHA
     # the same counts against the law at the wrong temperature must fail (power check)

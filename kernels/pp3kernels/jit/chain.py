@@ -69,6 +69,7 @@ from pp3kernels.jit.launch import (
     MAX_SLOT_TILE,
     Q_DENSE,
     Q_SPARSE,
+    SPLIT_SUPPORT_SLOTS,
 )
 from pp3kernels.jit.philox import acceptance_coin, sample_uniform
 
@@ -135,6 +136,7 @@ _MAX_PAIRWISE_SLOTS = tl.constexpr(MAX_PAIRWISE_SLOTS)
 _MAX_LOOPED_SLOTS = tl.constexpr(MAX_LOOPED_SLOTS)
 _MAX_MEMBERSHIP_TILE = tl.constexpr(MAX_MEMBERSHIP_TILE)
 _MAX_SLOT_TILE = tl.constexpr(MAX_SLOT_TILE)
+_SPLIT_SUPPORT_SLOTS = tl.constexpr(SPLIT_SUPPORT_SLOTS)
 
 
 # --------------------------------------------------------------------------------------
@@ -696,6 +698,7 @@ def _sparse_q_counts(
     V,
     S: tl.constexpr,
     S_P2: tl.constexpr,
+    SLOT_TILE: tl.constexpr,
 ):
     """Integer q: (n, bad) for every draft row, n = the count of the draft x in q's row
     (over the denominator C); the draft is accepted iff U n < p_x C in fp64 (``_chain_stop``;
@@ -704,10 +707,11 @@ def _sparse_q_counts(
     not depend on where the chain stops): no negative count, padding slots carry id -1,
     support ids in [0, V) and distinct (pairwise, for S_P2 <= 16), mass C (or 0 where
     nothing is proposed or the request is greedy), and a sampled proposal inside the support.
-    Past MAX_SLOT_TILE padded slots the rows are read in tiles of that many slots, so that
-    the [BLOCK_B, R, slots] tiles stay in registers.
+    Past SLOT_TILE padded slots the rows are read in tiles of that many slots, so that the
+    [BLOCK_B, R, slots] tiles stay in registers (the finish kernel: MAX_SLOT_TILE for its R
+    rows; ``chain_counts_kernel``: R times as many for its one row).
     """
-    if S_P2 <= _MAX_SLOT_TILE:
+    if S_P2 <= SLOT_TILE:
         slots = tl.arange(0, S_P2)
         count, q_mass, malformed, q_sid, positive = _slot_tile(
             q_sparse, offs_b64, rows, drow, draft, slots, S, V
@@ -722,9 +726,9 @@ def _sparse_q_counts(
         count = tl.zeros_like(draft)
         q_mass = tl.zeros_like(draft).to(tl.int64)
         malformed = tl.zeros_like(draft) != 0
-        for s0 in range(0, S_P2, _MAX_SLOT_TILE):
+        for s0 in range(0, S_P2, SLOT_TILE):
             tile_count, tile_mass, tile_bad, _sid, _pos = _slot_tile(
-                q_sparse, offs_b64, rows, drow, draft, s0 + tl.arange(0, _MAX_SLOT_TILE), S, V
+                q_sparse, offs_b64, rows, drow, draft, s0 + tl.arange(0, SLOT_TILE), S, V
             )
             count += tile_count
             q_mass += tile_mass
@@ -781,6 +785,10 @@ def _row_weights(
     """
     logits_ptr, row_off, stride_lv, row_max, row_sum, inv_tau = row
     qid_ptr, qcnt_ptr, q_row_off, stride_qs, qdense_ptr, qd_row_off, stride_qdv, inv_den, _, _ = q
+    if Q_MODE == _Q_SPARSE and S_P2 >= _SPLIT_SUPPORT_SLOTS and row_max.shape[0] == 1:
+        row_off = _unpinned(row_off)  # one request a program: see _unpinned
+        row_max = _unpinned(row_max)
+        inv_tau = _unpinned(inv_tau)
     ptrs = logits_ptr + row_off[:, None] + offs_v.to(tl.int64) * stride_lv
     logit = tl.load(ptrs, mask=mask_v, other=float("-inf")).to(tl.float32)
     e = tl.exp((logit - row_max[:, None]) * inv_tau[:, None])
@@ -802,6 +810,18 @@ def _row_weights(
 
 
 @triton.jit
+def _unpinned(x):
+    """x ([1]) rebuilt from its one value: the same value, in no register layout of its own.
+
+    A [1] value that comes out of a reduction keeps the reduced tensor's layout; broadcast
+    into an [S_P2] slot tile it can make Triton lay the whole tile out like it, with most
+    of the tile replicated in every thread (sparse q's split-support finish spilled 6 KB a
+    thread that way; bench/NOTES.md, step 25). Rebuilt from a scalar, it takes the tile's.
+    """
+    return tl.full([1], 0, x.dtype) + tl.sum(x, axis=0)
+
+
+@triton.jit
 def _scatter_residuals(
     e, q, resid, tile_start, row_sum, S: tl.constexpr, S_P2: tl.constexpr, BLOCK_F: tl.constexpr
 ):
@@ -815,6 +835,12 @@ def _scatter_residuals(
     unvalidated q with duplicate ids one of the writes wins, where the loop would apply both).
     """
     qid_ptr, qcnt_ptr, q_row_off, stride_qs, _qd, _qd_off, _qd_stride, inv_den, scr, scr_off = q
+    if S_P2 >= _SPLIT_SUPPORT_SLOTS and resid.shape[0] == 1:  # see _unpinned
+        resid = _unpinned(resid.to(tl.int32)) != 0
+        tile_start = _unpinned(tile_start)
+        row_sum = _unpinned(row_sum)
+        q_row_off = _unpinned(q_row_off)
+        scr_off = _unpinned(scr_off)
     tile_ptrs = scr + scr_off[:, None] + tl.arange(0, BLOCK_F)[None, :]
     tl.debug_barrier()  # every thread is done with the scratch row's previous tile
     tl.store(tile_ptrs, e)
@@ -940,31 +966,13 @@ def _place_four(per_chunk, splits, c0, v0, v1, v2, v3):
 
 
 @triton.jit
-def _support_corrections(
-    row,
-    q,
-    resid,
-    full_mass,
-    splits,
-    chunk,
-    V,
-    NSPLIT,
-    S: tl.constexpr,
-    S_P2: tl.constexpr,
-    NSPLIT_P2: tl.constexpr,
-    BLOCK_B: tl.constexpr,
-):
-    """Sparse q: (mass, rescan) per chunk of the stop row.
-
-    The residual differs from e only on the S support tokens of a rejected draft, so a chunk
-    c holding some of them gets W_c = max(M_c - sum_s e_s, 0) + sum_s r_s (sums over its
-    support tokens, fp64); other chunks keep M_c. ``rescan`` marks the corrected chunks whose
-    remainder M_c - sum_s e_s is at most 2^-18 M_c (see _RESCAN_BELOW), and every corrected
-    chunk of a one-chunk row, where a rescan is as cheap as the correction is inexact.
-    """
+def _support_terms(row, q, resid, slots, chunk, V, S):
+    """The support slots ``slots`` of each stop row (rows where ``resid``), as the
+    corrections take them: (e_s, r_s, chunk id) per slot, e_s = exp((l_s - m)/tau) and
+    r_s = max(e_s - q_s s, 0) in fp32, both 0 and the chunk id -1 on a slot that carries no
+    mass (padding, count <= 0, an id outside [0, V), past S) or a row not in ``resid``."""
     logits_ptr, stop_off, stride_lv, stop_max, stop_sum, inv_tau = row
     qid_ptr, qcnt_ptr, q_stop, stride_qs, _qdense_ptr, _qd_stop, _stride_qdv, inv_den, _, _ = q
-    slots = tl.arange(0, S_P2)
     sidx = q_stop[:, None] + slots[None, :] * stride_qs
     smask = resid[:, None] & (slots < S)[None, :]
     s_id = tl.load(qid_ptr + sidx, mask=smask, other=_NO_TOKEN)
@@ -979,6 +987,46 @@ def _support_corrections(
     s_r = tl.maximum(s_e - s_cnt.to(tl.float32) * inv_den * stop_sum[:, None], 0.0)
     s_r = tl.where(s_ok, s_r, 0.0)
     s_chunk = tl.where(s_ok, s_id // chunk, -1)
+    return s_e, s_r, s_chunk
+
+
+@triton.jit
+def _corrected_masses(full_mass, sup_e, sup_r, NSPLIT):
+    """(mass, rescan) per chunk from the support's sums per chunk (``sup_e`` = sum_s e_s,
+    ``sup_r`` = sum_s r_s over the chunk's support tokens, fp64): a chunk c holding some gets
+    W_c = max(M_c - sum_s e_s, 0) + sum_s r_s, the others keep M_c; ``rescan`` marks the
+    corrected chunks whose remainder M_c - sum_s e_s is at most 2^-18 M_c (see
+    _RESCAN_BELOW), and every corrected chunk of a one-chunk row, where a rescan is as cheap
+    as the correction is inexact."""
+    dirty = sup_e > 0.0
+    remainder = full_mass - sup_e
+    mass = tl.where(dirty, tl.maximum(remainder, 0.0) + sup_r, full_mass)
+    rescan = dirty & ((remainder <= full_mass * _RESCAN_BELOW) | (NSPLIT == 1))
+    return mass, rescan
+
+
+@triton.jit
+def _support_corrections(
+    row,
+    q,
+    resid,
+    full_mass,
+    splits,
+    chunk,
+    V,
+    NSPLIT,
+    S: tl.constexpr,
+    S_P2: tl.constexpr,
+    NSPLIT_P2: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+):
+    """Sparse q: (mass, rescan) per chunk of the stop row (``_corrected_masses``), the
+    support's sums per chunk taken here over all S slots at once.
+
+    The residual differs from e only on the S support tokens of a rejected draft, so only
+    the chunks holding some of them change (``_support_terms``, ``_corrected_masses``).
+    """
+    s_e, s_r, s_chunk = _support_terms(row, q, resid, tl.arange(0, S_P2), chunk, V, S)
     if S_P2 * NSPLIT_P2 <= _MAX_MEMBERSHIP_TILE:  # one [S_P2, NSPLIT_P2] membership tile
         in_c = s_chunk[:, :, None] == splits[None, None, :]
         sup_e = tl.sum(tl.where(in_c, s_e[:, :, None], 0.0).to(tl.float64), axis=1)
@@ -1008,11 +1056,51 @@ def _support_corrections(
             )
             sup_e = _place_four(sup_e, splits, c0, e0, e1, e2, e3)
             sup_r = _place_four(sup_r, splits, c0, r0, r1, r2, r3)
-    dirty = sup_e > 0.0
-    remainder = full_mass - sup_e
-    mass = tl.where(dirty, tl.maximum(remainder, 0.0) + sup_r, full_mass)
-    rescan = dirty & ((remainder <= full_mass * _RESCAN_BELOW) | (NSPLIT == 1))
-    return mass, rescan
+    return _corrected_masses(full_mass, sup_e, sup_r, NSPLIT)
+
+
+@triton.jit
+def _support_tile_sums(row, q, resid, slots, splits, chunk, V, S):
+    """One tile of the stop row's support slots (``slots``), summed per chunk: (sum_s e_s,
+    sum_s r_s) over the tile's slots in each chunk, [BLOCK_B, NSPLIT_P2] in fp64, from one
+    [slots, NSPLIT_P2] membership tile (``chain_support_kernel``)."""
+    s_e, s_r, s_chunk = _support_terms(row, q, resid, slots, chunk, V, S)
+    in_c = s_chunk[:, :, None] == splits[None, None, :]
+    sup_e = tl.sum(tl.where(in_c, s_e[:, :, None], 0.0).to(tl.float64), axis=1)
+    sup_r = tl.sum(tl.where(in_c, s_r[:, :, None], 0.0).to(tl.float64), axis=1)
+    return sup_e, sup_r
+
+
+@triton.jit
+def _summed_support_tiles(
+    sup_ptrs,
+    offs_b64,
+    resid,
+    splits,
+    split_ok,
+    NSPLIT,
+    NSPLIT_P2: tl.constexpr,
+    TILES: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+):
+    """The support's sums per chunk of each stop row (rows where ``resid``), from the
+    per-tile sums ``chain_support_kernel`` wrote at [b, t, c] of its two [B, TILES, NSPLIT]
+    fp64 buffers: the tiles added in a fixed order (blocks of MAX_MEMBERSHIP_TILE /
+    NSPLIT_P2 tiles, each block summed by one reduction, the blocks in turn), so that the
+    bits depend on the plan and the inputs only."""
+    sup_e_ptr, sup_r_ptr = sup_ptrs
+    T_BLOCK: tl.constexpr = _MAX_MEMBERSHIP_TILE // NSPLIT_P2
+    sup_e = tl.zeros([BLOCK_B, NSPLIT_P2], dtype=tl.float64)
+    sup_r = tl.zeros([BLOCK_B, NSPLIT_P2], dtype=tl.float64)
+    for t0 in range(0, TILES, T_BLOCK):
+        tiles = t0 + tl.arange(0, T_BLOCK)
+        idx = (offs_b64[:, None, None] * TILES + tiles[None, :, None]) * NSPLIT + splits[
+            None, None, :
+        ]
+        ok = resid[:, None, None] & (tiles < TILES)[None, :, None] & split_ok[None, None, :]
+        sup_e += tl.sum(tl.load(sup_e_ptr + idx, mask=ok, other=0.0), axis=1)
+        sup_r += tl.sum(tl.load(sup_r_ptr + idx, mask=ok, other=0.0), axis=1)
+    return sup_e, sup_r
 
 
 @triton.jit
@@ -1195,6 +1283,7 @@ def _chain_stop(
     drafts,
     q_sparse,
     q_dense,
+    q_counted,
     partials,
     offs_b,
     mask_b,
@@ -1213,9 +1302,13 @@ def _chain_stop(
     NSPLIT_P2: tl.constexpr,
     BLOCK_B: tl.constexpr,
     OVERLAP: tl.constexpr,
+    SUPPORT_TILE: tl.constexpr,
 ):
     """Phase 2, steps 1-2 for the requests ``offs_b``: their rows' statistics from the
-    partials and the chain's stop row. Both phase-2 kernels run it, so that they agree.
+    partials and the chain's stop row. Every phase-2 kernel after the counts runs it, so
+    that they agree. Sparse q with SUPPORT_TILE > 0 takes each draft row's count and q
+    verdict from ``q_counted`` (``chain_counts_kernel`` wrote them; read after the wait),
+    otherwise reads q's slots here (``_sparse_q_counts``).
 
     Returns (status, stop_row, draft, need_sample, resid, stop_max, stop_sum, final,
     at_stop, p_max, p_sum): the request's status; its stop row (= its accepted count); the
@@ -1255,18 +1348,37 @@ def _chain_stop(
     bad = drow & ((draft < _NO_TOKEN) | (draft >= V))
     proposed = t1_2d & in_range  # a T1 proposal inside [0, V): its p_x and q are read
     if Q_MODE == _Q_SPARSE:
-        count, bad = _sparse_q_counts(
-            q_sparse, offs_b64, rows, drow, draft, is_t1, proposed, den64, bad, V, S, S_P2
-        )
+        if SUPPORT_TILE == 0:
+            count, bad = _sparse_q_counts(
+                q_sparse,
+                offs_b64,
+                rows,
+                drow,
+                draft,
+                is_t1,
+                proposed,
+                den64,
+                bad,
+                V,
+                S,
+                S_P2,
+                _MAX_SLOT_TILE,
+            )
     elif Q_MODE == _Q_DENSE:
         q_x, bad = _dense_q_x(q_dense, offs_b64, rows, draft, proposed, bad)
     else:
         bad = bad | proposed  # a sampled proposal without any q
     if OVERLAP:
-        gdc_wait()  # phase 1 (and the rescan kernel) done, their writes visible
+        gdc_wait()  # the launches before (phase 1, and the rescan or counts) done, visible
         p_max, p_sum, r_max, r_sum, greedy, status = _row_statistics(
             partials, offs_b64, rows, valid, splits, split_ok, inv_tau, NSPLIT, K
         )
+    if Q_MODE == _Q_SPARSE:
+        if SUPPORT_TILE > 0:
+            count_ptr, q_bad_ptr = q_counted
+            counted = offs_b64[:, None] * K + rows[None, :]
+            count = tl.load(count_ptr + counted, mask=drow, other=0)
+            bad = bad | (tl.load(q_bad_ptr + counted, mask=drow, other=0) != 0)
 
     # ---- 3. The chain, all rows at once: accept[i] for every draft row, then the first
     # failure is the stop row (K when every draft is accepted: the bonus row).
@@ -1389,6 +1501,10 @@ def chain_rescan_kernel(
     part_flag_ptr,
     scratch_ptr,
     mass_ptr,
+    count_ptr,
+    q_bad_ptr,
+    sup_e_ptr,
+    sup_r_ptr,
     B,
     V,
     CHUNK: tl.constexpr,
@@ -1403,6 +1519,7 @@ def chain_rescan_kernel(
     BLOCK_B: tl.constexpr,
     BLOCK_F: tl.constexpr,
     OVERLAP: tl.constexpr,
+    SUPPORT_TILE: tl.constexpr,
 ):
     """Phase 2a, dense q (grid: request blocks x vocabulary splits): the exact residual
     mass W_c = sum over chunk c of max(e_v - q_v s, 0) of every T1 request whose stop row
@@ -1428,6 +1545,7 @@ def chain_rescan_kernel(
         (draft_ptr, stride_db, stride_dk),
         q_sparse,
         q_dense,
+        (count_ptr, q_bad_ptr),
         (part_max_ptr, part_sum_ptr, part_arg_ptr, part_flag_ptr),
         offs_b,
         mask_b,
@@ -1446,6 +1564,7 @@ def chain_rescan_kernel(
         NSPLIT_P2,
         BLOCK_B,
         OVERLAP,
+        SUPPORT_TILE,
     )
     if tl.max(walk.to(tl.int32), axis=0) > 0:
         row, q = _stop_views(
@@ -1480,6 +1599,222 @@ def chain_rescan_kernel(
 
 
 @triton.jit(do_not_specialize=["NSPLIT"])
+def chain_counts_kernel(
+    logits_ptr,
+    stride_lb,
+    stride_lk,
+    stride_lv,
+    draft_ptr,
+    stride_db,
+    stride_dk,
+    qid_ptr,
+    qcnt_ptr,
+    stride_qb,
+    stride_qk,
+    stride_qs,
+    qdense_ptr,
+    stride_qdb,
+    stride_qdk,
+    stride_qdv,
+    temp_ptr,
+    seed_ptr,
+    pos_ptr,
+    part_max_ptr,
+    part_sum_ptr,
+    part_arg_ptr,
+    part_flag_ptr,
+    scratch_ptr,
+    mass_ptr,
+    count_ptr,
+    q_bad_ptr,
+    sup_e_ptr,
+    sup_r_ptr,
+    B,
+    V,
+    CHUNK: tl.constexpr,
+    NSPLIT,
+    denominator_f,
+    K: tl.constexpr,
+    R: tl.constexpr,
+    S: tl.constexpr,
+    S_P2: tl.constexpr,
+    Q_MODE: tl.constexpr,
+    NSPLIT_P2: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+    OVERLAP: tl.constexpr,
+    SUPPORT_TILE: tl.constexpr,
+):
+    """Phase 2a, sparse q with SUPPORT_TILE > 0 (grid: request blocks x the K draft rows):
+    for draft row k of every request, the count n of its draft x in q's row and whether q
+    breaks a rule there (``_sparse_q_counts``: the finish kernel's own checks), written to
+    count[b, k] (int32) and q_bad[b, k] (int8) of two [B, K] buffers.
+
+    q's slots are all this reads (no logits, no partials): a row's S slots in tiles of R x
+    MAX_SLOT_TILE, one row a program, so that the K S slots of a request are read by K
+    programs at once instead of in turn by one. With OVERLAP it runs while phase 1 does, and
+    waits for phase 1 before it exits, so that the launches after it, which wait for this
+    one, see phase 1's partials too.
+    """
+    if OVERLAP:
+        gdc_launch_dependents()
+    pid_b = tl.program_id(0)
+    k = tl.program_id(1)
+    offs_b, mask_b, is_t1, _inv_tau, _seed, _position = _requests(
+        pid_b, B, temp_ptr, seed_ptr, pos_ptr, BLOCK_B
+    )
+    offs_b64 = offs_b.to(tl.int64)
+    rows = k + tl.arange(0, 1)
+    drow = mask_b[:, None] & (rows < K)[None, :]
+    draft = tl.load(
+        draft_ptr + offs_b64[:, None] * stride_db + rows[None, :] * stride_dk,
+        mask=drow,
+        other=_NO_TOKEN,
+    )
+    proposed = is_t1[:, None] & drow & (draft >= 0) & (draft < V)
+    den64 = tl.zeros([BLOCK_B, 1], dtype=tl.float64) + denominator_f
+    count, q_bad = _sparse_q_counts(
+        (qid_ptr, qcnt_ptr, stride_qb, stride_qk, stride_qs),
+        offs_b64,
+        rows,
+        drow,
+        draft,
+        is_t1,
+        proposed,
+        den64,
+        tl.zeros_like(draft) != 0,
+        V,
+        S,
+        S_P2,
+        R * _MAX_SLOT_TILE,
+    )
+    counted = offs_b64[:, None] * K + rows[None, :]
+    tl.store(count_ptr + counted, count, mask=drow)
+    tl.store(q_bad_ptr + counted, q_bad.to(tl.int8), mask=drow)
+    if OVERLAP:
+        gdc_wait()  # exit only after phase 1: the next launch waits for this one alone
+
+
+@triton.jit(do_not_specialize=["NSPLIT"])
+def chain_support_kernel(
+    logits_ptr,
+    stride_lb,
+    stride_lk,
+    stride_lv,
+    draft_ptr,
+    stride_db,
+    stride_dk,
+    qid_ptr,
+    qcnt_ptr,
+    stride_qb,
+    stride_qk,
+    stride_qs,
+    qdense_ptr,
+    stride_qdb,
+    stride_qdk,
+    stride_qdv,
+    temp_ptr,
+    seed_ptr,
+    pos_ptr,
+    part_max_ptr,
+    part_sum_ptr,
+    part_arg_ptr,
+    part_flag_ptr,
+    scratch_ptr,
+    mass_ptr,
+    count_ptr,
+    q_bad_ptr,
+    sup_e_ptr,
+    sup_r_ptr,
+    B,
+    V,
+    CHUNK: tl.constexpr,
+    NSPLIT,
+    denominator_f,
+    K: tl.constexpr,
+    R: tl.constexpr,
+    S: tl.constexpr,
+    S_P2: tl.constexpr,
+    Q_MODE: tl.constexpr,
+    NSPLIT_P2: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+    OVERLAP: tl.constexpr,
+    SUPPORT_TILE: tl.constexpr,
+):
+    """Phase 2b, sparse q with SUPPORT_TILE > 0 (grid: request blocks x tiles of
+    SUPPORT_TILE support slots): for every request whose stop row rejected a draft, the
+    sums sum_s e_s and sum_s r_s over the stop row's support slots of this tile that fall
+    in each chunk c (``_support_tile_sums``), written at [b, t, c] of two [B, TILES,
+    NSPLIT] fp64 buffers; the finish kernel adds the tiles (``_summed_support_tiles``).
+
+    Each program finds the stop row as the finish does (``_chain_stop``, from the counts
+    and the partials: both small), then reads SUPPORT_TILE slots, their logits and one
+    [SUPPORT_TILE, NSPLIT_P2] membership tile: the S x NSPLIT membership of the stop row is
+    spread over S / SUPPORT_TILE programs instead of one.
+    """
+    if OVERLAP:
+        gdc_launch_dependents()  # the finish launch may start; it waits before reading
+    pid_b = tl.program_id(0)
+    pid_t = tl.program_id(1)
+    logits = (logits_ptr, stride_lb, stride_lk, stride_lv)
+    q_sparse = (qid_ptr, qcnt_ptr, stride_qb, stride_qk, stride_qs)
+    q_dense = (qdense_ptr, stride_qdb, stride_qdk, stride_qdv)
+    offs_b, mask_b, is_t1, inv_tau, seed, position = _requests(
+        pid_b, B, temp_ptr, seed_ptr, pos_ptr, BLOCK_B
+    )
+    status, stop_row, _draft, _need, resid, stop_max, stop_sum, _fin, _at, _pm, _ps = _chain_stop(
+        logits,
+        (draft_ptr, stride_db, stride_dk),
+        q_sparse,
+        q_dense,
+        (count_ptr, q_bad_ptr),
+        (part_max_ptr, part_sum_ptr, part_arg_ptr, part_flag_ptr),
+        offs_b,
+        mask_b,
+        is_t1,
+        inv_tau,
+        seed,
+        position,
+        V,
+        NSPLIT,
+        denominator_f,
+        K,
+        R,
+        S,
+        S_P2,
+        Q_MODE,
+        NSPLIT_P2,
+        BLOCK_B,
+        OVERLAP,
+        SUPPORT_TILE,
+    )
+    if tl.max(resid.to(tl.int32), axis=0) > 0:
+        row, q = _stop_views(
+            logits,
+            q_sparse,
+            q_dense,
+            offs_b,
+            stop_row,
+            stop_max,
+            stop_sum,
+            inv_tau,
+            denominator_f,
+            scratch_ptr,
+            BLOCK_F,
+        )
+        splits = tl.arange(0, NSPLIT_P2)
+        sup_e, sup_r = _support_tile_sums(
+            row, q, resid, pid_t * SUPPORT_TILE + tl.arange(0, SUPPORT_TILE), splits, CHUNK, V, S
+        )
+        tiles: tl.constexpr = (S + SUPPORT_TILE - 1) // SUPPORT_TILE
+        idx = (offs_b.to(tl.int64)[:, None] * tiles + pid_t) * NSPLIT + splits[None, :]
+        ok = resid[:, None] & (splits < NSPLIT)[None, :]
+        tl.store(sup_e_ptr + idx, sup_e, mask=ok)
+        tl.store(sup_r_ptr + idx, sup_r, mask=ok)
+
+
+@triton.jit(do_not_specialize=["NSPLIT"])
 def chain_finish_kernel(
     logits_ptr,
     stride_lb,
@@ -1506,6 +1841,10 @@ def chain_finish_kernel(
     part_flag_ptr,
     scratch_ptr,
     mass_ptr,
+    count_ptr,
+    q_bad_ptr,
+    sup_e_ptr,
+    sup_r_ptr,
     tokens_ptr,
     accepted_ptr,
     status_ptr,
@@ -1523,6 +1862,7 @@ def chain_finish_kernel(
     BLOCK_B: tl.constexpr,
     BLOCK_F: tl.constexpr,
     OVERLAP: tl.constexpr,
+    SUPPORT_TILE: tl.constexpr,
 ):
     """Phase 2: combine the partials, walk the chain, draw the stop row's token.
 
@@ -1556,6 +1896,7 @@ def chain_finish_kernel(
         (draft_ptr, stride_db, stride_dk),
         q_sparse,
         q_dense,
+        (count_ptr, q_bad_ptr),
         (part_max_ptr, part_sum_ptr, part_arg_ptr, part_flag_ptr),
         offs_b,
         mask_b,
@@ -1574,6 +1915,7 @@ def chain_finish_kernel(
         NSPLIT_P2,
         BLOCK_B,
         OVERLAP,
+        SUPPORT_TILE,
     )
     accepted = stop_row
     rows = tl.arange(0, R)
@@ -1598,10 +1940,25 @@ def chain_finish_kernel(
         )
         full_mass = _chunk_masses(p_max, p_sum, at_stop, stop_max, inv_tau)
         mass = full_mass
-        if Q_MODE == _Q_SPARSE:
+        if Q_MODE == _Q_SPARSE and SUPPORT_TILE > 0:
+            # The support's sums per chunk, per tile of slots from chain_support_kernel.
+            sup_e, sup_r = _summed_support_tiles(
+                (sup_e_ptr, sup_r_ptr),
+                offs_b64,
+                resid,
+                splits,
+                split_ok,
+                NSPLIT,
+                NSPLIT_P2,
+                (S + SUPPORT_TILE - 1) // SUPPORT_TILE,
+                BLOCK_B,
+            )
+            mass, rescan = _corrected_masses(full_mass, sup_e, sup_r, NSPLIT)
+        elif Q_MODE == _Q_SPARSE:
             mass, rescan = _support_corrections(
                 row, q, resid, full_mass, splits, CHUNK, V, NSPLIT, S, S_P2, NSPLIT_P2, BLOCK_B
             )
+        if Q_MODE == _Q_SPARSE:
             mass = _rescan_chunks(
                 row,
                 q,
