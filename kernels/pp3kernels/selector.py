@@ -133,7 +133,10 @@ _FINISH_WARPS_DENSE_SMALL_BATCH = 2
 # Sparse q of a slot axis of SPLIT_SUPPORT_SLOTS (128) or more: the support-split launches
 # (step 25: chain_counts_kernel, then chain_support_kernel over tiles of slots, then the
 # finish), in tiles of MAX_MEMBERSHIP_TILE / NSPLIT_P2 slots, so that each program's
-# membership tile is the size the finish holds for a narrow support (bench/NOTES.md).
+# membership tile is the size the finish holds for a narrow support (bench/NOTES.md; at
+# B4, S = 1024 / 4096 40.7 / 82.3 -> 21.6 / 25.8 µs; at B64, S = 1024 61.0 -> 54.0, but
+# S = 4096 96.8 -> 148.8, so a slot axis of _WIDE_SUPPORT_SLOTS or more from _LARGE_BATCH
+# requests on keeps the finish summing the support).
 # Every q form overlaps its launches (programmatic dependent launch, the finish reading the
 # partials last): sparse q of 65-1024 slots, whose finish summed the support itself, ran
 # 27% slower so at B4 (twenty-first session) and was planned with plain launches until
@@ -277,8 +280,12 @@ def plan_launch(
     # launch shape"), and so do the chunks of 4096 from 256 requests on (not measured).
     one_tile = chunk == _CHUNK or (chunk == _LONG_CHUNK and batch < _TMA_BATCH)
     block_f = chunk if one_tile and not dense else _DRAW_TILE
-    # A wide support splits its membership over programs (step 25), and then overlaps.
-    split_support = slot_axis(support) >= SPLIT_SUPPORT_SLOTS
+    # A wide support splits its membership over programs (step 25), except a slot axis of
+    # 2048 and more from 16 requests on (B64 S = 4096: 148.8 µs split, 96.8 not; its 2048
+    # support programs of 16 warps at 128 registers run one to a multiprocessor).
+    split_support = slot_axis(support) >= SPLIT_SUPPORT_SLOTS and not (
+        wide and batch >= _LARGE_BATCH
+    )
     support_tile = MAX_MEMBERSHIP_TILE // split_axis(nsplit) if split_support else 0
     return LaunchPlan(
         1,

@@ -1389,7 +1389,7 @@ def test_launches_overlap_on_the_large_vocabulary_gpu_plans_only() -> None:
             plan = plan_launch(batch, 6, 129_280, interpreter=False, support=support)
             assert plan.overlap
             split = plan.support_tile * max(8, triton.next_power_of_2(plan.nsplit)) == 4096
-            assert split == (support > 64), (support, plan)
+            assert split == (support > 64 and (batch < 16 or support <= 1024)), (support, plan)
         assert plan_launch(batch, 6, 129_280, interpreter=False, dense=True).support_tile == 0
     assert plan_launch(4, 6, 1000, interpreter=False, support=4096).support_tile == 0
     assert plan_launch(4, 6, 129_280, interpreter=True, support=4096).support_tile == 0

@@ -69,7 +69,6 @@ from pp3kernels.jit.launch import (
     MAX_SLOT_TILE,
     Q_DENSE,
     Q_SPARSE,
-    SPLIT_SUPPORT_SLOTS,
 )
 from pp3kernels.jit.philox import acceptance_coin, sample_uniform
 
@@ -136,7 +135,6 @@ _MAX_PAIRWISE_SLOTS = tl.constexpr(MAX_PAIRWISE_SLOTS)
 _MAX_LOOPED_SLOTS = tl.constexpr(MAX_LOOPED_SLOTS)
 _MAX_MEMBERSHIP_TILE = tl.constexpr(MAX_MEMBERSHIP_TILE)
 _MAX_SLOT_TILE = tl.constexpr(MAX_SLOT_TILE)
-_SPLIT_SUPPORT_SLOTS = tl.constexpr(SPLIT_SUPPORT_SLOTS)
 
 
 # --------------------------------------------------------------------------------------
@@ -774,6 +772,7 @@ def _row_weights(
     S: tl.constexpr,
     S_P2: tl.constexpr,
     BLOCK_F: tl.constexpr,
+    UNPIN: tl.constexpr,
 ):
     """Residual weights r_v of one [BLOCK_B, BLOCK_F] tile (ids ``offs_v``, starting at
     ``tile_start``), in units of e_v = exp((l_v - m)/tau).
@@ -785,7 +784,7 @@ def _row_weights(
     """
     logits_ptr, row_off, stride_lv, row_max, row_sum, inv_tau = row
     qid_ptr, qcnt_ptr, q_row_off, stride_qs, qdense_ptr, qd_row_off, stride_qdv, inv_den, _, _ = q
-    if Q_MODE == _Q_SPARSE and S_P2 >= _SPLIT_SUPPORT_SLOTS and row_max.shape[0] == 1:
+    if UNPIN and row_max.shape[0] == 1:
         row_off = _unpinned(row_off)  # one request a program: see _unpinned
         row_max = _unpinned(row_max)
         inv_tau = _unpinned(inv_tau)
@@ -794,7 +793,7 @@ def _row_weights(
     e = tl.exp((logit - row_max[:, None]) * inv_tau[:, None])
     e = tl.where(mask_v, e, 0.0)
     if Q_MODE == _Q_SPARSE and S > _MAX_LOOPED_SLOTS:
-        e = _scatter_residuals(e, q, resid, tile_start, row_sum, S, S_P2, BLOCK_F)
+        e = _scatter_residuals(e, q, resid, tile_start, row_sum, S, S_P2, BLOCK_F, UNPIN)
     elif Q_MODE == _Q_SPARSE:
         for s in range(S):
             sid = tl.load(qid_ptr + q_row_off + s * stride_qs, mask=resid, other=_NO_TOKEN)
@@ -817,13 +816,23 @@ def _unpinned(x):
     into an [S_P2] slot tile it can make Triton lay the whole tile out like it, with most
     of the tile replicated in every thread (sparse q's split-support finish spilled 6 KB a
     thread that way; bench/NOTES.md, step 25). Rebuilt from a scalar, it takes the tile's.
+    The draw helpers do this under UNPIN (the split-support finish only: the finish that
+    sums the support itself compiles better without, 96.8 against 128.9 µs at B64 S = 4096).
     """
     return tl.full([1], 0, x.dtype) + tl.sum(x, axis=0)
 
 
 @triton.jit
 def _scatter_residuals(
-    e, q, resid, tile_start, row_sum, S: tl.constexpr, S_P2: tl.constexpr, BLOCK_F: tl.constexpr
+    e,
+    q,
+    resid,
+    tile_start,
+    row_sum,
+    S: tl.constexpr,
+    S_P2: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+    UNPIN: tl.constexpr,
 ):
     """The tile e with r_s = max(e_s - q_s s, 0) in place of e_s at every support id s of q
     that falls in it (rows where ``resid``), q_s = count / C: the same values as the
@@ -835,7 +844,7 @@ def _scatter_residuals(
     unvalidated q with duplicate ids one of the writes wins, where the loop would apply both).
     """
     qid_ptr, qcnt_ptr, q_row_off, stride_qs, _qd, _qd_off, _qd_stride, inv_den, scr, scr_off = q
-    if S_P2 >= _SPLIT_SUPPORT_SLOTS and resid.shape[0] == 1:  # see _unpinned
+    if UNPIN and resid.shape[0] == 1:  # see _unpinned
         resid = _unpinned(resid.to(tl.int32)) != 0
         tile_start = _unpinned(tile_start)
         row_sum = _unpinned(row_sum)
@@ -875,6 +884,7 @@ def _chunk_walk(
     S_P2: tl.constexpr,
     BLOCK_B: tl.constexpr,
     BLOCK_F: tl.constexpr,
+    UNPIN: tl.constexpr,
 ):
     """Walk one chunk tile by tile (rows where ``live``), summing r_v in fp64 per tile.
 
@@ -894,7 +904,9 @@ def _chunk_walk(
     for v0 in range(0, CHUNK, BLOCK_F):
         offs_v = chunk_start[:, None] + v0 + lane[None, :]
         mask_v = (offs_v < chunk_end[:, None]) & live[:, None]
-        w = _row_weights(row, q, resid, chunk_start + v0, offs_v, mask_v, Q_MODE, S, S_P2, BLOCK_F)
+        w = _row_weights(
+            row, q, resid, chunk_start + v0, offs_v, mask_v, Q_MODE, S, S_P2, BLOCK_F, UNPIN
+        )
         tile_total = tl.sum(w.to(tl.float64), axis=1)
         after = carry + tile_total
         crossing = (hit_tile < 0) & (after > target) & (tile_total > 0.0)
@@ -922,6 +934,7 @@ def _tile_pick(
     S: tl.constexpr,
     S_P2: tl.constexpr,
     BLOCK_F: tl.constexpr,
+    UNPIN: tl.constexpr,
 ):
     """The first id v in [tile_start, tile_end) whose running sum before + sum_{w <= v} r_w
     (fp64) exceeds ``target``: it has r_v > 0, since the sum grows only there. Where rounding
@@ -929,7 +942,7 @@ def _tile_pick(
     tile is -1 (no positive weight in the chunk) or the row is not ``live``."""
     offs_v = tile_start[:, None] + tl.arange(0, BLOCK_F)[None, :]
     mask_v = (offs_v < tile_end[:, None]) & ((tile_start >= 0) & live)[:, None]
-    w = _row_weights(row, q, resid, tile_start, offs_v, mask_v, Q_MODE, S, S_P2, BLOCK_F)
+    w = _row_weights(row, q, resid, tile_start, offs_v, mask_v, Q_MODE, S, S_P2, BLOCK_F, UNPIN)
     running = before[:, None] + tl.cumsum(w.to(tl.float64), axis=1)
     first = tl.min(tl.where((running > target[:, None]) & mask_v, offs_v, _BIG_INDEX), axis=1)
     last_positive = tl.max(tl.where((w > 0.0) & mask_v, offs_v, -1), axis=1)
@@ -1119,6 +1132,7 @@ def _rescan_chunks(
     S_P2: tl.constexpr,
     BLOCK_B: tl.constexpr,
     BLOCK_F: tl.constexpr,
+    UNPIN: tl.constexpr,
 ):
     """``mass`` with every chunk marked in ``rescan`` replaced by its exact residual total:
     one ``_chunk_walk`` per chunk that some request needs, the very sums the draw will use."""
@@ -1140,6 +1154,7 @@ def _rescan_chunks(
                     S_P2,
                     BLOCK_B,
                     BLOCK_F,
+                    UNPIN,
                 )
                 hit = rescan_c[:, None] & (splits[None, :] == c)
                 mass = tl.where(hit, total[:, None], mass)
@@ -1196,6 +1211,7 @@ def _one_tile_draw(
     S: tl.constexpr,
     S_P2: tl.constexpr,
     BLOCK_F: tl.constexpr,
+    UNPIN: tl.constexpr,
 ):
     """``_chunk_walk`` then ``_tile_pick`` for a chunk that is one tile, from one read of it:
     the tile's weights w_v, their total T (fp64) and running sums 0 + sum_{w <= v} w_v
@@ -1205,7 +1221,7 @@ def _one_tile_draw(
     exponentials instead of two."""
     offs_v = chunk_start[:, None] + tl.arange(0, BLOCK_F)[None, :]
     mask_v = (offs_v < V) & live[:, None]
-    w = _row_weights(row, q, resid, chunk_start, offs_v, mask_v, Q_MODE, S, S_P2, BLOCK_F)
+    w = _row_weights(row, q, resid, chunk_start, offs_v, mask_v, Q_MODE, S, S_P2, BLOCK_F, UNPIN)
     w64 = w.to(tl.float64)
     total = tl.sum(w64, axis=1)
     running = tl.cumsum(w64, axis=1)
@@ -1230,13 +1246,14 @@ def _draw_in_chunk(
     S_P2: tl.constexpr,
     BLOCK_B: tl.constexpr,
     BLOCK_F: tl.constexpr,
+    UNPIN: tl.constexpr,
 ):
     """The token of chunk ``pick`` at which the running sum of r_v exceeds ``inner``: the
     tile by its tile sums (``_chunk_walk``), then the token inside it (``_tile_pick``); a
     chunk of one tile (chunk = BLOCK_F) in one read (``_one_tile_draw``)."""
     if chunk == BLOCK_F:
         return _one_tile_draw(
-            row, q, resid, need_sample, pick * chunk, inner, V, Q_MODE, S, S_P2, BLOCK_F
+            row, q, resid, need_sample, pick * chunk, inner, V, Q_MODE, S, S_P2, BLOCK_F, UNPIN
         )
     _total, tile, before = _chunk_walk(
         row,
@@ -1252,10 +1269,11 @@ def _draw_in_chunk(
         S_P2,
         BLOCK_B,
         BLOCK_F,
+        UNPIN,
     )
     tile_end = tl.minimum(tl.minimum(tile + BLOCK_F, pick * chunk + chunk), V)
     return _tile_pick(
-        row, q, resid, need_sample, tile, tile_end, inner, before, Q_MODE, S, S_P2, BLOCK_F
+        row, q, resid, need_sample, tile, tile_end, inner, before, Q_MODE, S, S_P2, BLOCK_F, UNPIN
     )
 
 
@@ -1594,6 +1612,7 @@ def chain_rescan_kernel(
             S_P2,
             BLOCK_B,
             BLOCK_F,
+            False,
         )
         tl.store(mass_ptr + offs_b.to(tl.int64) * NSPLIT + pid_s, total, mask=walk)
 
@@ -1974,6 +1993,7 @@ def chain_finish_kernel(
                 S_P2,
                 BLOCK_B,
                 BLOCK_F,
+                SUPPORT_TILE > 0,
             )
         elif Q_MODE == _Q_DENSE:
             # Dense q changes every weight of a rejected row: every chunk's exact residual
@@ -1996,7 +2016,20 @@ def chain_finish_kernel(
             NSPLIT_P2,
         )
         chosen = _draw_in_chunk(
-            row, q, resid, need_sample, pick, inner, CHUNK, V, Q_MODE, S, S_P2, BLOCK_B, BLOCK_F
+            row,
+            q,
+            resid,
+            need_sample,
+            pick,
+            inner,
+            CHUNK,
+            V,
+            Q_MODE,
+            S,
+            S_P2,
+            BLOCK_B,
+            BLOCK_F,
+            Q_MODE == _Q_SPARSE and SUPPORT_TILE > 0,
         )
         final = tl.where(need_sample, chosen, final)
 
