@@ -25,8 +25,9 @@ a `pp3kernels/` that has `selector.launch_constants`, i.e. from v5 step 8 on) is
 its own subprocess; the default
 is this tree's kernels/. Cases: phase 1 and phase 2 of point drafts at B4, B16, B64 and B256, sparse
 S = 64, 1024 and 4096 at B4 and S = 1024 and 4096 at B64 (with step 25's counts and
-support launches where the plan splits the support), dense q at B4, V = 129280, K = 5. A static view only: it says
-where registers spill, not how long anything takes (that is `pp3 probe` on the device).
+support launches where the plan splits the support), dense q at B4, V = 129280, K = 5.
+A static view only: it says where registers spill, not how long anything takes (that is
+`pp3 probe` on the device).
 """
 
 from __future__ import annotations
@@ -278,7 +279,7 @@ def worker(
         if q == "dense":
             rescan = chain.chain_rescan_kernel
             launches.append(("rescan", rescan, finish_const, plan.finish_warps, dense))
-        if q == "sparse" and getattr(plan, "support_tile", 0):  # step 25's split support
+        if q == "sparse" and int(getattr(plan, "support_tile", 0)):  # step 25's split support
             for phase in ("counts", "support"):
                 kernel = getattr(chain, f"chain_{phase}_kernel")
                 launches.append((phase, kernel, finish_const, plan.finish_warps, other))

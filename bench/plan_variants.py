@@ -46,9 +46,9 @@ _POINT_B256 = {
     "no tma": {"tma": False},
     "neither": {"tma": False, "kind_order": False},
 }
-_SPARSE = {"overlap": {"overlap": True}, "plain": {"overlap": False}}
+_SPARSE: dict[str, dict[str, Any]] = {"overlap": {"overlap": True}, "plain": {"overlap": False}}
 # Step 25's split support (from 128 padded slots) against the finish summing it alone.
-_SPLIT = {
+_SPLIT: dict[str, dict[str, Any]] = {
     **_SPARSE,
     "unsplit": {"support_tile": 0},
     "unsplit plain": {"support_tile": 0, "overlap": False},

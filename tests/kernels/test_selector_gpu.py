@@ -268,9 +268,9 @@ def test_overlapped_launches_give_the_same_bits(
     reads the partials only after phase 1 is done: it equals the plain launches bit for
     bit, for sparse q too (the plain launches read the partials first, the overlapped ones
     after the inputs; from 128 padded slots the counts, support and finish launches each
-    wait for the one before, and the counts launch for phase 1 before it exits). Two input sets alternate, three calls each, so that the
-    partials' buffer (reused by the caching allocator) holds the other set's values
-    whenever it is read too early."""
+    wait for the one before, and the counts launch for phase 1 before it exits). Two input
+    sets alternate, three calls each, so that the partials' buffer (reused by the caching
+    allocator) holds the other set's values whenever it is read too early."""
     sets = [
         _make_large(
             batch=batch,
