@@ -12,7 +12,8 @@ every input set) must be the default's bit for bit, or the script fails. Variant
 - point drafts, B64 (all T1, all T0, every other request T0): phase 1 through TMA boxes,
   beside the default's pointer loads;
 - point drafts, B256 (all T1, all T0, the first half T0, every other request T0): kind order
-  off, TMA off, both off (where spread-mixed batches lose against all-T1 ones);
+  off, TMA off, both off, and plain launches (where spread-mixed batches lose against all-T1
+  ones, in the finish: is it the overlapped finish's tail?);
 - sparse q of S = 64, 256, 1024 and 4096 slots at B4 and B64: the phase-2 launches
   overlapped with phase 1 (programmatic dependent launch and the finish's partials read
   last) and plain, whichever of the two the default plan is not; from S = 256, where the
@@ -45,6 +46,7 @@ _POINT_B256 = {
     "no kind order": {"kind_order": False},
     "no tma": {"tma": False},
     "neither": {"tma": False, "kind_order": False},
+    "plain": {"overlap": False},
 }
 _SPARSE: dict[str, dict[str, Any]] = {"overlap": {"overlap": True}, "plain": {"overlap": False}}
 # Step 25's split support (from 128 padded slots) against the finish summing it alone.
