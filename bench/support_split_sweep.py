@@ -57,11 +57,11 @@ class _WithWarps:
         return launch
 
 
-def variants(default: LaunchPlan, cpu: bool) -> dict[str, tuple[LaunchPlan, int]]:
+def variants(
+    default: LaunchPlan, tiles: list[int], warps: list[int], cpu: bool
+) -> dict[str, tuple[LaunchPlan, int]]:
     """{name: (plan, support warps; 0 = the plan's finish_warps)}: the default plan, the
     finish summing the support (unless that is the default), and tiles x warps."""
-    tiles = (64, 128) if cpu else (64, 128, 256, 512)
-    warps = (4,) if cpu else (4, 8)
     out = {"default": (default, 0)}
     if default.support_tile:
         out["unsplit"] = (dataclasses.replace(default, support_tile=0), 0)
@@ -77,7 +77,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cpu", action="store_true", help="smoke test in the interpreter")
     parser.add_argument("--only", nargs="+", metavar="WORD", help="cases naming one of these")
+    parser.add_argument("--tiles", nargs="+", type=int, default=[64, 128, 256, 512])
+    parser.add_argument("--warps", nargs="+", type=int, default=[4, 8])
     args = parser.parse_args()
+    tiles, warps = ([64, 128], [4]) if args.cpu else (args.tiles, args.warps)
     device, vocab = ("cpu", 3000) if args.cpu else ("cuda", 129_280)
     l2 = 60 << 20 if args.cpu else torch.cuda.get_device_properties(0).L2_cache_size
     cases = (
@@ -94,8 +97,8 @@ def main() -> int:
         default: LaunchPlan = case_plan(batch, q, vocab, cpu=args.cpu)
         reference: list[str] = []
         base_us = 0.0
-        for variant, (plan, warps) in variants(default, args.cpu).items():
-            selector._chain_support_kernel = _WithWarps(_ORIGINAL, warps) if warps else _ORIGINAL
+        for variant, (plan, w) in variants(default, tiles, warps, args.cpu).items():
+            selector._chain_support_kernel = _WithWarps(_ORIGINAL, w) if w else _ORIGINAL
             try:
                 outputs = [verify_chain(**a, validate=False, plan=plan) for a in inputs]
                 got = [digest(list(out)) for out in outputs]
