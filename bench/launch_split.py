@@ -31,13 +31,14 @@ import multiprocessing
 import statistics
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
 import torch
 from selector_ab import input_sets, make_inputs, time_case  # bench/ is the script's own folder
 
 import pp3kernels.selector as selector
+from pp3kernels.jit import Launchable
 from pp3kernels.selector import verify_chain
 
 
@@ -49,16 +50,21 @@ class _NoLaunch:
 
 
 @contextmanager
-def without(*names: str) -> Iterator[None]:
-    """Replace the named launch globals of pp3kernels.selector by no-ops for the block."""
-    saved = {name: getattr(selector, name) for name in names}
+def replaced(**launches: Launchable) -> Iterator[None]:
+    """Replace the named launch globals of pp3kernels.selector for the block."""
+    saved = {name: getattr(selector, name) for name in launches}
     try:
-        for name in names:
-            setattr(selector, name, _NoLaunch())
+        for name, launch in launches.items():
+            setattr(selector, name, launch)
         yield
     finally:
         for name, kernel in saved.items():
             setattr(selector, name, kernel)
+
+
+def without(*names: str) -> AbstractContextManager[None]:
+    """Replace the named launch globals of pp3kernels.selector by no-ops for the block."""
+    return replaced(**{name: _NoLaunch() for name in names})
 
 
 def time_calls(calls: Sequence[Callable[[], Any]], cpu: bool) -> float:
