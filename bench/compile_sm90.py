@@ -282,7 +282,8 @@ def worker(
         if q == "sparse" and int(getattr(plan, "support_tile", 0)):  # step 25's split support
             for phase in ("counts", "support"):
                 kernel = getattr(chain, f"chain_{phase}_kernel")
-                launches.append((phase, kernel, finish_const, plan.finish_warps, other))
+                warps = int(getattr(plan, "support_warps", 0)) if phase == "support" else 0
+                launches.append((phase, kernel, finish_const, warps or plan.finish_warps, other))
         values = _int_values(batch, q, support, plan.nsplit)
         for phase, kernel, constexprs, warps, pointer_types in launches:
             names = {p.name for p in kernel.params}

@@ -132,11 +132,12 @@ _WIDE_SUPPORT_SLOTS = 2048
 _FINISH_WARPS_DENSE_SMALL_BATCH = 2
 # Sparse q of a slot axis of SPLIT_SUPPORT_SLOTS (128) or more: the support-split launches
 # (step 25: chain_counts_kernel, then chain_support_kernel over tiles of slots, then the
-# finish), in tiles of MAX_MEMBERSHIP_TILE / NSPLIT_P2 slots, so that each program's
-# membership tile is the size the finish holds for a narrow support (bench/NOTES.md; at
-# B4, S = 1024 / 4096 40.7 / 82.3 -> 21.6 / 25.8 µs; at B64, S = 1024 61.0 -> 54.0, but
-# S = 4096 96.8 -> 148.8, so a slot axis of _WIDE_SUPPORT_SLOTS or more from _LARGE_BATCH
-# requests on keeps the finish summing the support).
+# finish; B4 S = 1024 / 4096 40.7 / 82.3 -> 21.6 / 25.8 µs, B64 S = 1024 61.0 -> 54.0),
+# the support launch in tiles of _SUPPORT_TILE slots at _SUPPORT_WARPS warps (step 26,
+# bench/plan_variants.py: B64 S = 4096 96.4 µs unsplit, 148.4 split at 16 warps, 61.0
+# at 4; B4 S = 4096 25.4 -> 24.2; bench/NOTES.md).
+_SUPPORT_TILE = 128
+_SUPPORT_WARPS = 4
 # Every q form overlaps its launches (programmatic dependent launch, the finish reading the
 # partials last): sparse q of 65-1024 slots, whose finish summed the support itself, ran
 # 27% slower so at B4 (twenty-first session) and was planned with plain launches until
@@ -178,7 +179,8 @@ class LaunchPlan:
     With support_tile = n > 0 (a power of two; sparse q only, ignored otherwise), phase 2
     is three launches: the draft rows' counts (one program per request block and draft
     row), the stop row's support sums per chunk (one program per request block and tile of
-    n slots), then the finish, which adds the tiles instead of reading all S slots itself.
+    n slots, at support_warps warps, or finish_warps where 0), then the finish, which adds
+    the tiles instead of reading all S slots itself.
     """
 
     block_b: int
@@ -194,6 +196,7 @@ class LaunchPlan:
     tma: bool = False  # phase 1 reads whole chunks through the tensor memory accelerator
     kind_order: bool = False  # phase 1 takes flat rows T1 first, T0 after, per flat_rows requests
     support_tile: int = 0  # sparse q: slots per chain_support_kernel program (0: none)
+    support_warps: int = 0  # warps of chain_support_kernel (0: finish_warps)
 
 
 def slot_axis(support: int) -> int:
@@ -270,7 +273,8 @@ def plan_launch(
     nsplit = triton.cdiv(vocab, chunk)
     # Phase 1 tiles R consecutive rows of the flat B * (K+1) rows: the same [R, block_v]
     # tile as one request's rows padded to R, without the padding rows (K = 5: 6 of 8).
-    wide = slot_axis(support) >= _WIDE_SUPPORT_SLOTS
+    slots = slot_axis(support)
+    wide = slots >= _WIDE_SUPPORT_SLOTS
     finish_warps = _FINISH_WARPS_WIDE_SUPPORT if wide else _FINISH_WARPS
     if dense and batch < _LARGE_BATCH:
         finish_warps = _FINISH_WARPS_DENSE_SMALL_BATCH
@@ -280,13 +284,8 @@ def plan_launch(
     # launch shape"), and so do the chunks of 4096 from 256 requests on (not measured).
     one_tile = chunk == _CHUNK or (chunk == _LONG_CHUNK and batch < _TMA_BATCH)
     block_f = chunk if one_tile and not dense else _DRAW_TILE
-    # A wide support splits its membership over programs (step 25), except a slot axis of
-    # 2048 and more from 16 requests on (B64 S = 4096: 148.8 µs split, 96.8 not; its 2048
-    # support programs of 16 warps at 128 registers run one to a multiprocessor).
-    split_support = slot_axis(support) >= SPLIT_SUPPORT_SLOTS and not (
-        wide and batch >= _LARGE_BATCH
-    )
-    support_tile = MAX_MEMBERSHIP_TILE // split_axis(nsplit) if split_support else 0
+    # A wide support splits its membership over programs (steps 25-26).
+    split_support = slots >= SPLIT_SUPPORT_SLOTS
     return LaunchPlan(
         1,
         block_v,
@@ -305,7 +304,8 @@ def plan_launch(
         # Rows in kind order: mixed batches run sampled-only and greedy-only blocks
         # (bench/NOTES.md, step 17), from _KIND_ORDER_BATCH requests on.
         kind_order=batch >= _KIND_ORDER_BATCH,
-        support_tile=support_tile,
+        support_tile=_SUPPORT_TILE if split_support else 0,
+        support_warps=_SUPPORT_WARPS if split_support else 0,
     )
 
 
@@ -427,8 +427,11 @@ def verify_chain(
 
     Extra device memory besides the outputs: the partials (16 bytes per row and vocabulary
     chunk); for sparse q of more than 4 slots, one scratch row of block_f fp32 per request
-    (up to 4 KiB on the GPU plans) that the draw writes its residual tiles through; for
-    dense q, the chunk masses of the rejected rows (8 bytes per request and chunk).
+    (up to 16 KiB on the GPU plans) that the draw writes its residual tiles through; for
+    dense q, the chunk masses of the rejected rows (8 bytes per request and chunk); for a
+    split support (plan.support_tile > 0), each draft row's count and verdict (5 bytes) and
+    two fp64 sums per request, tile of support_tile slots and chunk (S = 4096 at B = 64:
+    32 tiles x 32 chunks, 1 MiB).
     """
     if validate:
         validate_chain_inputs(
@@ -501,6 +504,8 @@ def verify_chain(
         raise ValueError(f"{plan}: finish_warps must be a power of two from 1 to 32")
     if plan.support_tile < 0 or plan.support_tile & (plan.support_tile - 1):
         raise ValueError(f"{plan}: support_tile must be 0 or a power of two")
+    if plan.support_warps not in (0, 1, 2, 4, 8, 16, 32):
+        raise ValueError(f"{plan}: support_warps must be 0 or a power of two from 1 to 32")
     blocks = triton.cdiv(batch, plan.block_b)
     # Phase 1 writes, phase 2 reads: per (request, row, chunk) max, sum, argmax and flags;
     # both kernels take them, then (B, V, chunk, NSPLIT), in this order.
@@ -593,7 +598,11 @@ def verify_chain(
     if tiles and k > 0:  # (no draft row: nothing to count, no stop row rejects a draft)
         _chain_counts_kernel[(blocks, k)](*phase2, *split, float(den), **phase2_meta, **launch2)
         _chain_support_kernel[(blocks, tiles)](
-            *phase2, *split, float(den), **phase2_meta, **launch2
+            *phase2,
+            *split,
+            float(den),
+            **phase2_meta,
+            **{**launch2, "num_warps": plan.support_warps or plan.finish_warps},
         )
     _chain_finish_kernel[(blocks,)](
         *phase2, tokens, accepted, status, *split, float(den), **phase2_meta, **launch2

@@ -373,7 +373,7 @@ def test_kind_ordered_rows_give_the_flat_order_bits(batch: int, q: str, pattern:
 
 @pytest.mark.parametrize(
     ("batch", "support"), [(4, 8), (4, 64), (64, 256), (64, 1024), (4, 4096), (64, 4096)]
-)  # split from 128 padded slots, but B64 S = 4096 sums its support in the finish
+)  # split from 128 padded slots (steps 25-26)
 def test_wide_support_agrees_with_reference_at_full_vocabulary(batch: int, support: int) -> None:
     """Sparse q past 4 slots draws through the scratch row (``_scatter_residuals``), and
     from 128 padded slots on the plans split the support over programs (counts, then the

@@ -1039,12 +1039,10 @@ def _support_corrections(
     The residual differs from e only on the S support tokens of a rejected draft, so only
     the chunks holding some of them change (``_support_terms``, ``_corrected_masses``).
     """
-    s_e, s_r, s_chunk = _support_terms(row, q, resid, tl.arange(0, S_P2), chunk, V, S)
     if S_P2 * NSPLIT_P2 <= _MAX_MEMBERSHIP_TILE:  # one [S_P2, NSPLIT_P2] membership tile
-        in_c = s_chunk[:, :, None] == splits[None, None, :]
-        sup_e = tl.sum(tl.where(in_c, s_e[:, :, None], 0.0).to(tl.float64), axis=1)
-        sup_r = tl.sum(tl.where(in_c, s_r[:, :, None], 0.0).to(tl.float64), axis=1)
+        sup_e, sup_r = _support_tile_sums(row, q, resid, tl.arange(0, S_P2), splits, chunk, V, S)
     else:  # four chunks at a time: their eight [S_P2] sums in one reduction
+        s_e, s_r, s_chunk = _support_terms(row, q, resid, tl.arange(0, S_P2), chunk, V, S)
         sup_e = tl.zeros([BLOCK_B, NSPLIT_P2], dtype=tl.float64)
         sup_r = tl.zeros([BLOCK_B, NSPLIT_P2], dtype=tl.float64)
         # r_s <= e_s for every term (q_s s >= 0; a request whose logits hold a NaN or +inf
@@ -1076,7 +1074,8 @@ def _support_corrections(
 def _support_tile_sums(row, q, resid, slots, splits, chunk, V, S):
     """One tile of the stop row's support slots (``slots``), summed per chunk: (sum_s e_s,
     sum_s r_s) over the tile's slots in each chunk, [BLOCK_B, NSPLIT_P2] in fp64, from one
-    [slots, NSPLIT_P2] membership tile (``chain_support_kernel``)."""
+    [slots, NSPLIT_P2] membership tile (``chain_support_kernel``, and
+    ``_support_corrections`` for a narrow support: all its slots as one tile)."""
     s_e, s_r, s_chunk = _support_terms(row, q, resid, slots, chunk, V, S)
     in_c = s_chunk[:, :, None] == splits[None, None, :]
     sup_e = tl.sum(tl.where(in_c, s_e[:, :, None], 0.0).to(tl.float64), axis=1)
