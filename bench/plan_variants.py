@@ -74,6 +74,14 @@ _SWEEP: dict[str, dict[str, Any]] = {
     },
     "tile 128 wplan": {"support_tile": 128, "support_warps": 0},
 }
+# Step 26's plan (tiles of 128 at 4 warps) at S = 256 and 1024, against its near neighbours.
+_SWEEP_NEAR: dict[str, dict[str, Any]] = {
+    **_SPLIT,
+    **{
+        name: _SWEEP[name]
+        for name in ("tile 64 w4", "tile 256 w4", "tile 128 w8", "tile 128 wplan")
+    },
+}
 # The interpreter's smoke: a split at tiles of 64 and 128 (its warps are ignored there).
 _CPU_SWEEP: dict[str, dict[str, Any]] = {
     f"tile {tile} w4": {"support_tile": tile, "support_warps": 4} for tile in (64, 128)
@@ -114,7 +122,7 @@ def cases(cpu: bool) -> list[tuple[str, int, str, str, dict[str, dict[str, Any]]
     out = [(f"B64 {t} point", 64, t, "point", _POINT_B64) for t in ("T1", "T0", "mix")]
     out += [(f"B256 {t} point", 256, t, "point", _POINT_B256) for t in ("T1", "T0", "half", "mix")]
     out += [
-        (f"B{b} sparse{s}", b, "T1", f"sparse{s}", {64: _SPARSE, 4096: _SWEEP}.get(s, _SPLIT))
+        (f"B{b} sparse{s}", b, "T1", f"sparse{s}", {64: _SPARSE, 4096: _SWEEP}.get(s, _SWEEP_NEAR))
         for b in (4, 64)
         for s in (64, 256, 1024, 4096)
     ]
