@@ -11,9 +11,11 @@ calls rotating over enough input sets to exceed 2 x L2, median of 100 replays), 
 
 - full     verify_chain(validate=False)
 - stats    phase 1 alone (the later launches replaced by no-ops)
-- rescan   phase 1 + chain_rescan_kernel, minus stats (dense q only, the one q form that
-           launches it; 0 for the others, not timed)
-- finish   full minus the two above
+- rescan, counts, support: what each of those launches adds to the launches before it (the
+           launches after it replaced by no-ops), in launch order; a launch the case's plan
+           does not make adds only the spread of two timings (dense q launches the rescan,
+           sparse q of 128 padded slots or more the counts and the support)
+- finish   full minus the launches before it
 
 With ``--point B ...``, point drafts instead: all T1, all T0 and spread-mixed (every other
 request T0) at the given batch sizes (what phase 2 costs beside phase 1 where phase 1 is
@@ -112,22 +114,34 @@ def main() -> int:
         ok = int((check.status == 0).sum())
         calls = [lambda a=a: verify_chain(**a, validate=False) for a in inputs]
         full = time_calls(calls, args.cpu)
-        with without("_chain_rescan_kernel", "_chain_finish_kernel"):
-            stats = time_calls(calls, args.cpu)
-        rescan = 0.0  # only dense q launches the rescan
-        if q == "dense":
-            with without("_chain_finish_kernel"):
-                rescan = time_calls(calls, args.cpu) - stats
-        finish = full - stats - rescan
-        rows.append((name, full, stats, rescan, finish, ok, batch, sets))
-        print(f"{name}: full {full:.2f} us, stats {stats:.2f}, rescan {rescan:.2f}", flush=True)
+        prefixes = []  # µs with the launches up to each of _LATER, the rest no-ops
+        for cut in range(len(_LATER)):
+            with without(*_LATER[cut:]):
+                prefixes.append(time_calls(calls, args.cpu))
+        parts = [prefixes[0]] + [
+            b - a for a, b in zip(prefixes, [*prefixes[1:], full], strict=True)
+        ]
+        rows.append((name, full, parts, ok, batch, sets))
+        print(f"{name}: full {full:.2f} us, " + _cells(parts, "{:.2f}", " "), flush=True)
         del inputs, calls
-    print(f"{'case':16s} {'full':>9s} {'stats':>9s} {'rescan':>9s} {'finish':>9s}  ok  sets")
-    for name, full, stats, rescan, finish, ok, batch, sets in rows:
-        print(
-            f"{name:16s} {full:9.2f} {stats:9.2f} {rescan:9.2f} {finish:9.2f}  {ok}/{batch} {sets}"
-        )
+    print(f"{'case':16s} {'full':>9s} " + _cells(_PARTS, "{:>9s}", " ") + "  ok  sets")
+    for name, full, parts, ok, batch, sets in rows:
+        print(f"{name:16s} {full:9.2f} " + _cells(parts, "{:9.2f}", " ") + f"  {ok}/{batch} {sets}")
     return 0
+
+
+# The launches after phase 1, in the order verify_chain makes them, and the table's columns.
+_LATER = (
+    "_chain_rescan_kernel",
+    "_chain_counts_kernel",
+    "_chain_support_kernel",
+    "_chain_finish_kernel",
+)
+_PARTS = ("stats", "rescan", "counts", "support", "finish")
+
+
+def _cells(values: Sequence[Any], form: str, sep: str) -> str:
+    return sep.join(form.format(v) for v in values)
 
 
 if __name__ == "__main__":
