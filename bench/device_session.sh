@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call of evidence, from the repository root on the GPU machine:
 #   bash bench/device_session.sh STAGE [ARGS] [then STAGE [ARGS]]...
-#   (carry [".whl", ".overlay", ".base", ".gitcopy", ".triton-cache.tgz"]); e.g. `pytest then qualify`
+#   (carry [".whl", ".overlay", ".base", ".gitcopy", ".triton-cache.txz"]); e.g. `pytest then qualify`
 # Stages, run in the order given, each time-boxed, all output logged to $OUT/session.log;
 # each stage's ARGS (the words up to the next "then") go to its command. "The call's
 # remaining time" is 570 s less what has run: it assumes a 600 s call; where less device
@@ -24,7 +24,8 @@
 #            cut by the call's limit, which loses its receipt
 #   qualify  pp3 qualify --profile strict ARGS with the call's remaining time (a strict run
 #            takes ~310-370 s with the Triton cache of an earlier strict run carried, and
-#            passed a 400 s limit without it on 2026-12-01: carry .triton-cache.tgz)
+#            passed a 400 s limit without it on 2026-12-01; 343 s with .triton-cache.txz
+#            carried on 2026-12-03: carry the cache)
 #   peer     the same command as qualify, named for a run of a peer's sampler (e.g.
 #            --verifier vllm-mrv2 --overlay .overlay/vllm-0.33.0, or --verifier flashinfer:
 #            its wheels from .whl-fi/gpu, carry ".whl-fi/gpu")
@@ -167,6 +168,10 @@ say "receipts returned: $(tr '\n' ' ' </tmp/new-receipts)"
 # Past that, only the kernels this call compiled return (the entries newer than the call's
 # start), as triton-cache-new.tgz.part*: join them into .triton-cache-new.tgz, which the next
 # call unpacks after .triton-cache.tgz (both travel, so keep them under the 64 MiB).
+# Smaller: merge every cache taken in so far into one xz tarball, .triton-cache.txz, and carry
+# it alone (2026-12-03: 59 MB of the two gzip tarballs made 17 MB, which left room for six
+# receipts to supersede). Here: mkdir -p /tmp/tc; tar -xzf each .tgz (joined parts) -C /tmp/tc;
+# tar -cf - -C /tmp/tc . | xz -9 -T2 > .triton-cache.txz (~80 s on two cores).
 tar -czf /tmp/triton-cache.tgz -C "$TRITON_CACHE_DIR" .
 cache_bytes=$(stat -c %s /tmp/triton-cache.tgz)
 if [ "$cache_bytes" -le $(( 45 * 1024 * 1024 )) ]; then
