@@ -23,9 +23,7 @@ every input set) must be the default's bit for bit, or the script fails. Variant
   rounding of a boundary: such a difference is reported as one, and fails the script;
 - sparse q of S = 4096 at B4 and B64, also the split at tiles of 64 to 512 slots with the
   support launch at 4 and 8 warps, and at tiles of 128 with the plan's warps (step 26's
-  sweep). ``support_warps`` is a plan field from step 26 on; on a package without it, the
-  launch global ``pp3kernels.selector._chain_support_kernel`` is wrapped for the variant so
-  that its launches take those warps (the device code is the same, its compile is not).
+  sweep); at S = 256 and 1024 the nearest of those.
 
 A variant that leaves the default plan as it is (e.g. overlap where the plan overlaps
 already) is skipped, not timed twice.
@@ -38,16 +36,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import torch
-from launch_split import replaced, time_calls  # bench/ is the script's own folder
+from launch_split import time_calls  # bench/ is the script's own folder
 from selector_ab import case_plan, digest, input_sets, make_inputs
 
-import pp3kernels.selector as selector
-from pp3kernels.jit import Launchable
 from pp3kernels.selector import LaunchPlan, verify_chain
 
 _POINT_B64 = {"tma": {"tma": True}}
@@ -86,32 +81,6 @@ _SWEEP_NEAR: dict[str, dict[str, Any]] = {
 _CPU_SWEEP: dict[str, dict[str, Any]] = {
     f"tile {tile} w4": {"support_tile": tile, "support_warps": 4} for tile in (64, 128)
 }
-_PLAN_FIELDS = set(LaunchPlan.__dataclass_fields__)
-
-
-class _WithWarps:
-    """A launch global whose launches take ``warps`` warps instead of the plan's."""
-
-    def __init__(self, kernel: Launchable, warps: int) -> None:
-        self.kernel, self.warps = kernel, warps
-
-    def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., object]:
-        launcher = self.kernel[grid]
-        warps = self.warps
-
-        def launch(*args: Any, **meta: Any) -> object:
-            return launcher(*args, **{**meta, "num_warps": warps})
-
-        return launch
-
-
-def variant_plan(default: LaunchPlan, fields: dict[str, Any]) -> tuple[LaunchPlan, int]:
-    """(plan, support warps to impose by wrapping the launch, 0 for none): ``fields`` applied
-    to the default plan, ``support_warps`` as a plan field where LaunchPlan has one."""
-    plan_fields = {k: v for k, v in fields.items() if k in _PLAN_FIELDS}
-    return dataclasses.replace(default, **plan_fields), int(
-        fields.get("support_warps", 0) if "support_warps" not in _PLAN_FIELDS else 0
-    )
 
 
 def cases(cpu: bool) -> list[tuple[str, int, str, str, dict[str, dict[str, Any]]]]:
@@ -144,27 +113,25 @@ def main() -> int:
         sets = input_sets(batch, vocab, l2, cpu=args.cpu)
         inputs = [make_inputs(batch, temps, q, i, vocab, device) for i in range(sets)]
         default: LaunchPlan = case_plan(batch, q, vocab, cpu=args.cpu)
-        plans = {"default": (default, 0)}
+        plans = {"default": default}
         for variant, fields in variants.items():
-            plan, warps = variant_plan(default, fields)
-            if (plan, warps) not in plans.values():
-                plans[variant] = (plan, warps)
+            plan = dataclasses.replace(default, **fields)
+            if plan not in plans.values():
+                plans[variant] = plan
         base_us = 0.0
         reference = ""
-        for variant, (plan, warps) in plans.items():
-            launch = selector._chain_support_kernel
-            with replaced(_chain_support_kernel=_WithWarps(launch, warps) if warps else launch):
-                outputs = [verify_chain(**a, validate=False, plan=plan) for a in inputs]
-                got = digest([t for out in outputs for t in out])
-                reference = reference or got
-                if got != reference:
-                    print(f"{name} {variant}: outputs differ from the default plan's", flush=True)
-                    same = False
-                calls = [partial(verify_chain, **a, validate=False, plan=plan) for a in inputs]
-                us = time_calls(calls, args.cpu)
+        for variant, plan in plans.items():
+            outputs = [verify_chain(**a, validate=False, plan=plan) for a in inputs]
+            got = digest([t for out in outputs for t in out])
+            reference = reference or got
+            if got != reference:
+                print(f"{name} {variant}: outputs differ from the default plan's", flush=True)
+                same = False
+            calls = [partial(verify_chain, **a, validate=False, plan=plan) for a in inputs]
+            us = time_calls(calls, args.cpu)
             base_us = base_us or us
             rows.append((name, variant, us, us / base_us))
-            print(f"{name} {variant}: {us:.2f} us ({plan}, support warps {warps})", flush=True)
+            print(f"{name} {variant}: {us:.2f} us ({plan})", flush=True)
         del inputs
     print(f"{'case':16s} {'variant':14s} {'us':>9s} {'/default':>9s}")
     for name, variant, us, ratio in rows:
