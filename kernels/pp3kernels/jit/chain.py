@@ -40,11 +40,15 @@ The stop row of each request is described to the draw helpers by two tuples:
 
     row = (logits_ptr, row_off, stride_lv, row_max, row_sum, inv_tau)
     q   = (qid_ptr, qcnt_ptr, q_row_off, stride_qs, qdense_ptr, qd_row_off, stride_qdv,
-           inv_denominator, scratch_ptr, scratch_off)
+           inv_denominator, scratch_ptr, scratch_off, slot_id, slot_count, slot_logit)
 
 (row_off, q_row_off, qd_row_off, row_max, row_sum, inv_tau, scratch_off: [BLOCK_B] tensors;
 the rest scalars; scratch_off is the request's row of BLOCK_F floats in the scratch buffer,
-used by sparse q with more than MAX_LOOPED_SLOTS slots). Triton inlines every helper, so
+used by sparse q with more than MAX_LOOPED_SLOTS slots). slot_id, slot_count, slot_logit:
+sparse q's stop row as the kernel read it before waiting for phase 1 (``_draft_row_slots``,
+``_stop_row_slots``): its support ids, counts and the logits at those ids, [BLOCK_B, S_P2]
+where the finish reads the whole support so (PREFETCH_SLOTS), else [BLOCK_B, 1]
+placeholders, and the helpers read q's slots themselves. Triton inlines every helper, so
 the split costs nothing at run time.
 """
 
@@ -66,6 +70,7 @@ from pp3kernels.jit.launch import (
     MAX_LOOPED_SLOTS,
     MAX_MEMBERSHIP_TILE,
     MAX_PAIRWISE_SLOTS,
+    MAX_PREFETCH_SLOTS,
     MAX_SLOT_TILE,
     Q_DENSE,
     Q_SPARSE,
@@ -135,6 +140,7 @@ _MAX_PAIRWISE_SLOTS = tl.constexpr(MAX_PAIRWISE_SLOTS)
 _MAX_LOOPED_SLOTS = tl.constexpr(MAX_LOOPED_SLOTS)
 _MAX_MEMBERSHIP_TILE = tl.constexpr(MAX_MEMBERSHIP_TILE)
 _MAX_SLOT_TILE = tl.constexpr(MAX_SLOT_TILE)
+_MAX_PREFETCH_SLOTS = tl.constexpr(MAX_PREFETCH_SLOTS)
 
 
 # --------------------------------------------------------------------------------------
@@ -783,7 +789,7 @@ def _row_weights(
     MAX_LOOPED_SLOTS slots, and O(BLOCK_F + S) above (``_scatter_residuals``).
     """
     logits_ptr, row_off, stride_lv, row_max, row_sum, inv_tau = row
-    qid_ptr, qcnt_ptr, q_row_off, stride_qs, qdense_ptr, qd_row_off, stride_qdv, inv_den, _, _ = q
+    qid_ptr, qcnt_ptr, q_row_off, stride_qs, qdense_ptr, qd_row_off, stride_qdv, inv_den = q[0:8]
     if UNPIN and row_max.shape[0] == 1:
         row_off = _unpinned(row_off)  # one request a program: see _unpinned
         row_max = _unpinned(row_max)
@@ -793,7 +799,9 @@ def _row_weights(
     e = tl.exp((logit - row_max[:, None]) * inv_tau[:, None])
     e = tl.where(mask_v, e, 0.0)
     if Q_MODE == _Q_SPARSE and S > _MAX_LOOPED_SLOTS:
-        e = _scatter_residuals(e, q, resid, tile_start, row_sum, S, S_P2, BLOCK_F, UNPIN)
+        e = _scatter_residuals(
+            e, mask_v, q, resid, tile_start, row_max, row_sum, inv_tau, S, S_P2, BLOCK_F, UNPIN
+        )
     elif Q_MODE == _Q_SPARSE:
         for s in range(S):
             sid = tl.load(qid_ptr + q_row_off + s * stride_qs, mask=resid, other=_NO_TOKEN)
@@ -825,10 +833,13 @@ def _unpinned(x):
 @triton.jit
 def _scatter_residuals(
     e,
+    mask_v,
     q,
     resid,
     tile_start,
+    row_max,
     row_sum,
+    inv_tau,
     S: tl.constexpr,
     S_P2: tl.constexpr,
     BLOCK_F: tl.constexpr,
@@ -838,12 +849,18 @@ def _scatter_residuals(
     that falls in it (rows where ``resid``), q_s = count / C: the same values as the
     slot-by-slot loop of ``_row_weights``, in O(BLOCK_F + S) instead of O(BLOCK_F S).
 
-    Through the request's scratch row: store the tile, gather the support's e_s, scatter
-    their r_s, load the tile back, with a barrier between the steps (the program's threads
-    exchange values through global memory). Support ids are distinct (validated; for
-    unvalidated q with duplicate ids one of the writes wins, where the loop would apply both).
+    Through the request's scratch row: store the tile, then the support's r_s over it, load
+    the tile back, with a barrier between the steps (the program's threads exchange values
+    through global memory). Where the kernel read the stop row's support before the wait
+    (q's slot tensors are [BLOCK_B, S_P2]), r_s comes from those logits, e_s =
+    exp((l_s - m)/tau) as the tile computes it, on the lanes ``mask_v`` keeps (a prefix of
+    the tile: its masked lanes weigh 0, as their stored e does); otherwise the ids and counts
+    are read here and e_s is gathered from the stored tile. Support ids are distinct
+    (validated; for unvalidated q with duplicate ids one of the writes wins, where the loop
+    would apply both).
     """
-    qid_ptr, qcnt_ptr, q_row_off, stride_qs, _qd, _qd_off, _qd_stride, inv_den, scr, scr_off = q
+    qid_ptr, qcnt_ptr, q_row_off, stride_qs, _qd, _qd_off, _qd_stride, inv_den = q[0:8]
+    scr, scr_off, slot_id, slot_count, slot_logit = q[8:13]
     if UNPIN and resid.shape[0] == 1:  # see _unpinned
         resid = _unpinned(resid.to(tl.int32)) != 0
         tile_start = _unpinned(tile_start)
@@ -851,20 +868,32 @@ def _scatter_residuals(
         q_row_off = _unpinned(q_row_off)
         scr_off = _unpinned(scr_off)
     tile_ptrs = scr + scr_off[:, None] + tl.arange(0, BLOCK_F)[None, :]
-    tl.debug_barrier()  # every thread is done with the scratch row's previous tile
-    tl.store(tile_ptrs, e)
     slots = tl.arange(0, S_P2)
     smask = resid[:, None] & (slots < S)[None, :]
-    sidx = q_row_off[:, None] + slots[None, :] * stride_qs
-    s_id = tl.load(qid_ptr + sidx, mask=smask, other=_NO_TOKEN)
-    s_cnt = tl.load(qcnt_ptr + sidx, mask=smask, other=0)
-    s_pos = s_id - tile_start[:, None]
-    hit = smask & (s_cnt > 0) & (s_pos >= 0) & (s_pos < BLOCK_F)
-    s_ptrs = scr + scr_off[:, None] + s_pos
-    tl.debug_barrier()  # the tile is stored
-    e_s = tl.load(s_ptrs, mask=hit, other=0.0)
-    q_scaled = s_cnt.to(tl.float32) * inv_den * row_sum[:, None]
-    tl.store(s_ptrs, tl.maximum(e_s - q_scaled, 0.0), mask=hit)
+    if slot_id.shape[1] == S_P2:  # read before the wait: no load after it but the tile's
+        lanes = tl.sum(mask_v.to(tl.int32), axis=1)
+        s_pos = slot_id - tile_start[:, None]
+        hit = smask & (slot_count > 0) & (s_pos >= 0) & (s_pos < lanes[:, None])
+        e_s = tl.exp((slot_logit - row_max[:, None]) * inv_tau[:, None])
+        r_s = tl.maximum(e_s - slot_count.to(tl.float32) * inv_den * row_sum[:, None], 0.0)
+        s_ptrs = scr + scr_off[:, None] + s_pos
+        tl.debug_barrier()  # every thread is done with the scratch row's previous tile
+        tl.store(tile_ptrs, e)
+        tl.debug_barrier()  # the tile is stored
+        tl.store(s_ptrs, r_s, mask=hit)
+    else:
+        tl.debug_barrier()  # every thread is done with the scratch row's previous tile
+        tl.store(tile_ptrs, e)
+        sidx = q_row_off[:, None] + slots[None, :] * stride_qs
+        s_id = tl.load(qid_ptr + sidx, mask=smask, other=_NO_TOKEN)
+        s_cnt = tl.load(qcnt_ptr + sidx, mask=smask, other=0)
+        s_pos = s_id - tile_start[:, None]
+        hit = smask & (s_cnt > 0) & (s_pos >= 0) & (s_pos < BLOCK_F)
+        s_ptrs = scr + scr_off[:, None] + s_pos
+        tl.debug_barrier()  # the tile is stored
+        e_s = tl.load(s_ptrs, mask=hit, other=0.0)
+        q_scaled = s_cnt.to(tl.float32) * inv_den * row_sum[:, None]
+        tl.store(s_ptrs, tl.maximum(e_s - q_scaled, 0.0), mask=hit)
     tl.debug_barrier()  # the residuals are stored
     return tl.load(tile_ptrs)
 
@@ -981,11 +1010,10 @@ def _place_four(per_chunk, splits, c0, v0, v1, v2, v3):
 @triton.jit
 def _support_terms(row, q, resid, slots, chunk, V, S):
     """The support slots ``slots`` of each stop row (rows where ``resid``), as the
-    corrections take them: (e_s, r_s, chunk id) per slot, e_s = exp((l_s - m)/tau) and
-    r_s = max(e_s - q_s s, 0) in fp32, both 0 and the chunk id -1 on a slot that carries no
-    mass (padding, count <= 0, an id outside [0, V), past S) or a row not in ``resid``."""
+    corrections take them: (e_s, r_s, chunk id) per slot (``_slot_terms``), read here: q's
+    ids and counts, then the logits at those ids."""
     logits_ptr, stop_off, stride_lv, stop_max, stop_sum, inv_tau = row
-    qid_ptr, qcnt_ptr, q_stop, stride_qs, _qdense_ptr, _qd_stop, _stride_qdv, inv_den, _, _ = q
+    qid_ptr, qcnt_ptr, q_stop, stride_qs, _qdense_ptr, _qd_stop, _stride_qdv, inv_den = q[0:8]
     sidx = q_stop[:, None] + slots[None, :] * stride_qs
     smask = resid[:, None] & (slots < S)[None, :]
     s_id = tl.load(qid_ptr + sidx, mask=smask, other=_NO_TOKEN)
@@ -996,11 +1024,35 @@ def _support_terms(row, q, resid, slots, chunk, V, S):
         mask=s_ok,
         other=float("-inf"),
     ).to(tl.float32)
+    return _slot_terms(row, inv_den, smask, s_id, s_cnt, s_logit, chunk, V)
+
+
+@triton.jit
+def _slot_terms(row, inv_den, smask, s_id, s_cnt, s_logit, chunk, V):
+    """(e_s, r_s, chunk id) of the support slots (ids ``s_id``, counts ``s_cnt``, logits at
+    the ids ``s_logit``) that ``smask`` keeps: e_s = exp((l_s - m)/tau) and
+    r_s = max(e_s - q_s s, 0) in fp32, both 0 and the chunk id -1 on a slot that carries no
+    mass (padding, count <= 0, an id outside [0, V), past S) or a row not in ``resid``."""
+    _logits_ptr, _stop_off, _stride_lv, stop_max, stop_sum, inv_tau = row
+    s_ok = smask & (s_cnt > 0) & (s_id >= 0) & (s_id < V)
     s_e = tl.where(s_ok, tl.exp((s_logit - stop_max[:, None]) * inv_tau[:, None]), 0.0)
     s_r = tl.maximum(s_e - s_cnt.to(tl.float32) * inv_den * stop_sum[:, None], 0.0)
     s_r = tl.where(s_ok, s_r, 0.0)
     s_chunk = tl.where(s_ok, s_id // chunk, -1)
     return s_e, s_r, s_chunk
+
+
+@triton.jit
+def _stop_slot_terms(row, q, resid, slots, chunk, V, S):
+    """``_support_terms`` of the slots ``slots`` from q's slot tensors, which the kernel read
+    before the wait (``_stop_row_slots``), where it did, and read now otherwise."""
+    _qid, _qcnt, _q_stop, _stride_qs, _qd, _qd_stop, _stride_qdv, inv_den = q[0:8]
+    _scr, _scr_off, slot_id, slot_count, slot_logit = q[8:13]
+    if slot_id.shape[1] == slots.shape[0]:
+        smask = resid[:, None] & (slots < S)[None, :]
+        return _slot_terms(row, inv_den, smask, slot_id, slot_count, slot_logit, chunk, V)
+    else:
+        return _support_terms(row, q, resid, slots, chunk, V, S)
 
 
 @triton.jit
@@ -1040,9 +1092,10 @@ def _support_corrections(
     the chunks holding some of them change (``_support_terms``, ``_corrected_masses``).
     """
     if S_P2 * NSPLIT_P2 <= _MAX_MEMBERSHIP_TILE:  # one [S_P2, NSPLIT_P2] membership tile
-        sup_e, sup_r = _support_tile_sums(row, q, resid, tl.arange(0, S_P2), splits, chunk, V, S)
+        s_e, s_r, s_chunk = _stop_slot_terms(row, q, resid, tl.arange(0, S_P2), chunk, V, S)
+        sup_e, sup_r = _membership_sums(s_e, s_r, s_chunk, splits)
     else:  # four chunks at a time: their eight [S_P2] sums in one reduction
-        s_e, s_r, s_chunk = _support_terms(row, q, resid, tl.arange(0, S_P2), chunk, V, S)
+        s_e, s_r, s_chunk = _stop_slot_terms(row, q, resid, tl.arange(0, S_P2), chunk, V, S)
         sup_e = tl.zeros([BLOCK_B, NSPLIT_P2], dtype=tl.float64)
         sup_r = tl.zeros([BLOCK_B, NSPLIT_P2], dtype=tl.float64)
         # r_s <= e_s for every term (q_s s >= 0; a request whose logits hold a NaN or +inf
@@ -1071,12 +1124,11 @@ def _support_corrections(
 
 
 @triton.jit
-def _support_tile_sums(row, q, resid, slots, splits, chunk, V, S):
-    """One tile of the stop row's support slots (``slots``), summed per chunk: (sum_s e_s,
-    sum_s r_s) over the tile's slots in each chunk, [BLOCK_B, NSPLIT_P2] in fp64, from one
-    [slots, NSPLIT_P2] membership tile (``chain_support_kernel``, and
-    ``_support_corrections`` for a narrow support: all its slots as one tile)."""
-    s_e, s_r, s_chunk = _support_terms(row, q, resid, slots, chunk, V, S)
+def _membership_sums(s_e, s_r, s_chunk, splits):
+    """Support slots' terms summed per chunk: (sum_s e_s, sum_s r_s) over the slots in each
+    chunk, [BLOCK_B, NSPLIT_P2] in fp64, from one [slots, NSPLIT_P2] membership tile
+    (``chain_support_kernel`` for its tile of slots, and ``_support_corrections`` for a
+    narrow support: all its slots as one tile)."""
     in_c = s_chunk[:, :, None] == splits[None, None, :]
     sup_e = tl.sum(tl.where(in_c, s_e[:, :, None], 0.0).to(tl.float64), axis=1)
     sup_r = tl.sum(tl.where(in_c, s_r[:, :, None], 0.0).to(tl.float64), axis=1)
@@ -1295,6 +1347,47 @@ def _row_statistics(partials, offs_b64, rows, valid, splits, split_ok, inv_tau, 
 
 
 @triton.jit
+def _draft_row_slots(logits, q_sparse, offs_b64, rows, t1_rows, slots, S, V):
+    """Sparse q's slots ``slots`` of every draft row of a T1 request (``t1_rows``), read
+    before the wait, when the stop row is not known yet: (ids, counts, logits at the ids),
+    [BLOCK_B, R, SLOTS]; id -1, count 0 and logit -inf where nothing is read (a masked row
+    or slot; the logit also at a count <= 0 or an id outside [0, V))."""
+    logits_ptr, stride_lb, stride_lk, stride_lv = logits
+    qid_ptr, qcnt_ptr, stride_qb, stride_qk, stride_qs = q_sparse
+    rows64 = rows.to(tl.int64)[None, :, None]
+    qidx = (
+        offs_b64[:, None, None] * stride_qb + rows64 * stride_qk + slots[None, None, :] * stride_qs
+    )
+    qmask = t1_rows[:, :, None] & (slots < S)[None, None, :]
+    s_id = tl.load(qid_ptr + qidx, mask=qmask, other=_NO_TOKEN)
+    s_cnt = tl.load(qcnt_ptr + qidx, mask=qmask, other=0)
+    s_ok = qmask & (s_cnt > 0) & (s_id >= 0) & (s_id < V)
+    s_logit = tl.load(
+        logits_ptr
+        + offs_b64[:, None, None] * stride_lb
+        + rows64 * stride_lk
+        + s_id.to(tl.int64) * stride_lv,
+        mask=s_ok,
+        other=float("-inf"),
+    ).to(tl.float32)
+    return s_id, s_cnt, s_logit
+
+
+@triton.jit
+def _stop_row_slots(draft_row_slots, at_stop):
+    """The stop row's slots out of ``_draft_row_slots``' [BLOCK_B, R, SLOTS] tensors:
+    [BLOCK_B, SLOTS] (id 0, count 0, logit -inf where the stop row is the bonus row, which
+    has no q)."""
+    s_id, s_cnt, s_logit = draft_row_slots
+    sel = at_stop[:, :, None]
+    return (
+        tl.sum(tl.where(sel, s_id, 0), axis=1),
+        tl.sum(tl.where(sel, s_cnt, 0), axis=1),
+        tl.max(tl.where(sel, s_logit, float("-inf")), axis=1),
+    )
+
+
+@triton.jit
 def _chain_stop(
     logits,
     drafts,
@@ -1320,19 +1413,26 @@ def _chain_stop(
     BLOCK_B: tl.constexpr,
     OVERLAP: tl.constexpr,
     SUPPORT_TILE: tl.constexpr,
+    prefetch,
+    PREFETCH: tl.constexpr,
 ):
     """Phase 2, steps 1-2 for the requests ``offs_b``: their rows' statistics from the
     partials and the chain's stop row. Every phase-2 kernel after the counts runs it, so
     that they agree. Sparse q with SUPPORT_TILE > 0 takes each draft row's count and q
     verdict from ``q_counted`` (``chain_counts_kernel`` wrote them; read after the wait),
-    otherwise reads q's slots here (``_sparse_q_counts``).
+    otherwise reads q's slots here (``_sparse_q_counts``). With PREFETCH (sparse q), it
+    also reads the slots ``prefetch`` of every draft row and the logits at their ids before
+    the wait (``_draft_row_slots``), so that the stop row's support terms need no load after
+    it.
 
     Returns (status, stop_row, draft, need_sample, resid, stop_max, stop_sum, final,
-    at_stop, p_max, p_sum): the request's status; its stop row (= its accepted count); the
-    draft rows; whether its stop row is drawn (an OK T1 request); whether, drawn, the stop
-    row rejected a draft (the draw samples (p - q)+ there); the stop row's
+    at_stop, p_max, p_sum, stop_slots): the request's status; its stop row (= its accepted
+    count); the draft rows; whether its stop row is drawn (an OK T1 request); whether,
+    drawn, the stop row rejected a draft (the draw samples (p - q)+ there); the stop row's
     max m and sum s; the greedy token of the stop row (-1 for T1); the stop row's mask over
-    the [BLOCK_B, R] rows; and the partials' max and sum, [BLOCK_B, R, NSPLIT_P2].
+    the [BLOCK_B, R] rows; the partials' max and sum, [BLOCK_B, R, NSPLIT_P2]; and with
+    PREFETCH the stop row's slots ``prefetch`` (ids, counts, logits; ``_stop_row_slots``),
+    else [BLOCK_B, 1] placeholders.
     """
     draft_ptr, stride_db, stride_dk = drafts
     offs_b64 = offs_b.to(tl.int64)
@@ -1385,6 +1485,8 @@ def _chain_stop(
         q_x, bad = _dense_q_x(q_dense, offs_b64, rows, draft, proposed, bad)
     else:
         bad = bad | proposed  # a sampled proposal without any q
+    if PREFETCH:
+        draft_row_slots = _draft_row_slots(logits, q_sparse, offs_b64, rows, t1_2d, prefetch, S, V)
     if OVERLAP:
         gdc_wait()  # the launches before (phase 1, and the rescan or counts) done, visible
         p_max, p_sum, r_max, r_sum, greedy, status = _row_statistics(
@@ -1421,6 +1523,14 @@ def _chain_stop(
     stop_sum = tl.sum(tl.where(at_stop, r_sum, 0.0), axis=1)
     final = tl.sum(tl.where(at_stop, greedy, 0), axis=1)
     final = tl.where(is_t1, _NO_TOKEN, final)
+    if PREFETCH:
+        stop_slots = _stop_row_slots(draft_row_slots, at_stop)
+    else:
+        stop_slots = (
+            tl.zeros([BLOCK_B, 1], tl.int32),
+            tl.zeros([BLOCK_B, 1], tl.int32),
+            tl.zeros([BLOCK_B, 1], tl.float32),
+        )
     return (
         status,
         stop_row,
@@ -1433,6 +1543,7 @@ def _chain_stop(
         at_stop,
         p_max,
         p_sum,
+        stop_slots,
     )
 
 
@@ -1460,10 +1571,12 @@ def _stop_views(
     inv_tau,
     denominator_f,
     scratch_ptr,
+    stop_slots,
     BLOCK_F: tl.constexpr,
 ):
     """The (row, q) tuples that describe each request's stop row to the draw helpers (see
-    the module docstring); request b's scratch row is row b of the scratch buffer."""
+    the module docstring); request b's scratch row is row b of the scratch buffer;
+    ``stop_slots``: ``_chain_stop``'s."""
     logits_ptr, stride_lb, stride_lk, stride_lv = logits
     qid_ptr, qcnt_ptr, stride_qb, stride_qk, stride_qs = q_sparse
     qdense_ptr, stride_qdb, stride_qdk, stride_qdv = q_dense
@@ -1482,6 +1595,9 @@ def _stop_views(
         1.0 / denominator_f,
         scratch_ptr,
         offs_b64 * BLOCK_F,
+        stop_slots[0],
+        stop_slots[1],
+        stop_slots[2],
     )
     return row, q
 
@@ -1557,7 +1673,7 @@ def chain_rescan_kernel(
     offs_b, mask_b, is_t1, inv_tau, seed, position = _requests(
         pid_b, B, temp_ptr, seed_ptr, pos_ptr, BLOCK_B
     )
-    status, stop_row, _draft, _need, walk, stop_max, stop_sum, _fin, _at, _pm, _ps = _chain_stop(
+    status, stop_row, _d, _n, walk, stop_max, stop_sum, _f, _a, _pm, _ps, slots = _chain_stop(
         logits,
         (draft_ptr, stride_db, stride_dk),
         q_sparse,
@@ -1582,6 +1698,8 @@ def chain_rescan_kernel(
         BLOCK_B,
         OVERLAP,
         SUPPORT_TILE,
+        tl.arange(0, 2),
+        False,
     )
     if tl.max(walk.to(tl.int32), axis=0) > 0:
         row, q = _stop_views(
@@ -1595,6 +1713,7 @@ def chain_rescan_kernel(
             inv_tau,
             denominator_f,
             scratch_ptr,
+            slots,
             BLOCK_F,
         )
         total, _tile, _before = _chunk_walk(
@@ -1763,8 +1882,9 @@ def chain_support_kernel(
     """Phase 2b, sparse q with SUPPORT_TILE > 0 (grid: request blocks x tiles of
     SUPPORT_TILE support slots): for every request whose stop row rejected a draft, the
     sums sum_s e_s and sum_s r_s over the stop row's support slots of this tile that fall
-    in each chunk c (``_support_tile_sums``), written at [b, t, c] of two [B, TILES,
-    NSPLIT] fp64 buffers; the finish kernel adds the tiles (``_summed_support_tiles``).
+    in each chunk c (``_support_terms``, ``_membership_sums``), written at [b, t, c] of
+    two [B, TILES, NSPLIT] fp64 buffers; the finish kernel adds the tiles
+    (``_summed_support_tiles``).
 
     Each program finds the stop row as the finish does (``_chain_stop``, from the counts
     and the partials: both small), then reads SUPPORT_TILE slots, their logits and one
@@ -1781,7 +1901,7 @@ def chain_support_kernel(
     offs_b, mask_b, is_t1, inv_tau, seed, position = _requests(
         pid_b, B, temp_ptr, seed_ptr, pos_ptr, BLOCK_B
     )
-    status, stop_row, _draft, _need, resid, stop_max, stop_sum, _fin, _at, _pm, _ps = _chain_stop(
+    status, stop_row, _d, _n, resid, stop_max, stop_sum, _f, _a, _pm, _ps, slots = _chain_stop(
         logits,
         (draft_ptr, stride_db, stride_dk),
         q_sparse,
@@ -1806,6 +1926,8 @@ def chain_support_kernel(
         BLOCK_B,
         OVERLAP,
         SUPPORT_TILE,
+        tl.arange(0, 2),
+        False,
     )
     if tl.max(resid.to(tl.int32), axis=0) > 0:
         row, q = _stop_views(
@@ -1819,12 +1941,13 @@ def chain_support_kernel(
             inv_tau,
             denominator_f,
             scratch_ptr,
+            slots,
             BLOCK_F,
         )
         splits = tl.arange(0, NSPLIT_P2)
-        sup_e, sup_r = _support_tile_sums(
-            row, q, resid, pid_t * SUPPORT_TILE + tl.arange(0, SUPPORT_TILE), splits, CHUNK, V, S
-        )
+        tile_slots = pid_t * SUPPORT_TILE + tl.arange(0, SUPPORT_TILE)
+        s_e, s_r, s_chunk = _support_terms(row, q, resid, tile_slots, CHUNK, V, S)
+        sup_e, sup_r = _membership_sums(s_e, s_r, s_chunk, splits)
         tiles: tl.constexpr = (S + SUPPORT_TILE - 1) // SUPPORT_TILE
         idx = (offs_b.to(tl.int64)[:, None] * tiles + pid_t) * NSPLIT + splits[None, :]
         ok = resid[:, None] & (splits < NSPLIT)[None, :]
@@ -1897,6 +2020,10 @@ def chain_finish_kernel(
         pid_b, B, temp_ptr, seed_ptr, pos_ptr, BLOCK_B
     )
     offs_b64 = offs_b.to(tl.int64)
+    # Sparse q's support read before the wait where it is narrow (see _chain_stop).
+    PREFETCH_SLOTS: tl.constexpr = (
+        S > _MAX_LOOPED_SLOTS and S_P2 <= _MAX_SLOT_TILE and R * S_P2 <= _MAX_PREFETCH_SLOTS
+    )
     (
         status,
         stop_row,
@@ -1909,6 +2036,7 @@ def chain_finish_kernel(
         at_stop,
         p_max,
         p_sum,
+        stop_slots,
     ) = _chain_stop(
         logits,
         (draft_ptr, stride_db, stride_dk),
@@ -1934,6 +2062,8 @@ def chain_finish_kernel(
         BLOCK_B,
         OVERLAP,
         SUPPORT_TILE,
+        tl.arange(0, S_P2),
+        Q_MODE == _Q_SPARSE and SUPPORT_TILE == 0 and PREFETCH_SLOTS,
     )
     accepted = stop_row
     rows = tl.arange(0, R)
@@ -1954,6 +2084,7 @@ def chain_finish_kernel(
             inv_tau,
             denominator_f,
             scratch_ptr,
+            stop_slots,
             BLOCK_F,
         )
         full_mass = _chunk_masses(p_max, p_sum, at_stop, stop_max, inv_tau)

@@ -33,8 +33,15 @@ MAX_MEMBERSHIP_TILE = 4096
 #   this many padded slots, and in tiles of this many slots above (S = 4096 as one tile
 #   held 32768 slots of R = 8 rows in a 128-thread program).
 MAX_SLOT_TILE = 256
+# - the finish reads every draft row's support and the logits at its ids before it waits for
+#   phase 1, so that the stop row's corrections and draw read nothing more after it, for
+#   S > MAX_LOOPED_SLOTS up to this many slots of all its R rows (R * S_P2, where S_P2 <=
+#   MAX_SLOT_TILE; S <= 128 at K = 5): those [R, S_P2] tiles stay in registers. (Step 27's
+#   A/B: B4 / B64 at S = 64 -5% / -7%; the support launch's tiles of 128 slots read so
+#   spilled and lost 4-36%, point drafts lost 2%: neither reads so.)
+MAX_PREFETCH_SLOTS = 1024
 # - the default GPU plans split the stop row's support over programs (LaunchPlan.support_tile)
-#   from this many padded slots on (but not past 1024 from 16 requests on: measured slower).
+#   from this many padded slots on.
 SPLIT_SUPPORT_SLOTS = 128
 
 
