@@ -2,18 +2,20 @@
 
 Run on the device machine from the repository root:
 
-    python3 bench/selector_ab.py --base PATH [--new PATH] [--out DIR] [--rounds N] [--only WORD ...]
+    python3 bench/selector_ab.py --base PATH [--new PATH ...] [--out DIR] [--rounds N]
+                                 [--only WORD ...]
 
 PATH is a folder holding an older copy of the package (PATH/pp3kernels/); the other side
-("new") is this tree's kernels/, or --new's folder (so that one device call can set several
-candidates against one base). Smoke test of the script itself, on a CPU:
+("new") is this tree's kernels/, or --new's folder; several --new folders are set against
+one base in one run, base first in every round (each candidate's rows name its folder; the
+JSON's top-level rows are the first candidate's). Smoke test of the script itself, on a CPU:
 
     TRITON_INTERPRET=1 python3 bench/selector_ab.py --base PATH --cpu
 
-The script runs 2N worker subprocesses one after another, alternating base, new, base, new
-(so that clock and thermal drift hit both alike). A worker imports pp3kernels from its own
-folder, first on PYTHONPATH, and reports where it got it. It builds every case's inputs on
-the GPU from fixed seeds (the same bytes in every worker: it hashes them too), runs
+The script runs N (1 + candidates) worker subprocesses one after another, alternating base,
+new, base, new (so that clock and thermal drift hit both alike). A worker imports pp3kernels
+from its own folder, first on PYTHONPATH, and reports where it got it. It builds every
+case's inputs on the GPU from fixed seeds (the same bytes in every worker: it hashes them too), runs
 verify_chain(..., validate=False) eagerly on every input set and hashes tokens, accepted
 and status, then times the call by CUDA-graph replay: graphs of 10 calls rotating over
 enough input sets that their logits exceed 2 x the L2 cache (L2 size from
@@ -218,7 +220,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--base", type=Path, help="folder holding the older pp3kernels/")
     parser.add_argument(
-        "--new", type=Path, default=ROOT / "kernels", help="folder holding the candidate's"
+        "--new",
+        type=Path,
+        nargs="+",
+        default=[ROOT / "kernels"],
+        help="folders holding the candidates' pp3kernels/",
     )
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
     parser.add_argument("--rounds", type=int, default=3)
@@ -229,39 +235,49 @@ def main() -> int:
     if args.worker:
         worker(args.cpu, args.worker, args.only)
         return 0
-    for side in ("base", "new"):
-        root = getattr(args, side)
+    sides = {"base": args.base, **{f"new{i}": root for i, root in enumerate(args.new)}}
+    for side, root in sides.items():
         if root is None or not (root / "pp3kernels" / "__init__.py").is_file():
-            parser.error(f"--{side} must be a folder holding a pp3kernels package, not {root}")
-    roots = {"base": args.base.resolve(), "new": args.new.resolve()}
-    runs: dict[str, list[dict[str, Any]]] = {"base": [], "new": []}
+            parser.error(
+                f"--{side.rstrip('0123456789')} must be a folder holding a pp3kernels "
+                f"package, not {root}"
+            )
+    roots = {side: root.resolve() for side, root in sides.items()}
+    runs: dict[str, list[dict[str, Any]]] = {side: [] for side in roots}
     for round_index in range(args.rounds):
-        for side in ("base", "new"):
+        for side in roots:
             runs[side].append(run_worker(side, roots[side], args.cpu, args.only))
             print(f"round {round_index + 1}/{args.rounds}: {side} done", file=sys.stderr)
-    rows = []
+    by_candidate: dict[str, list[dict[str, Any]]] = {}
     all_identical = True
-    for name, *_ in cases(args.cpu, args.only):
-        per_side = {side: [run["cases"][name] for run in runs[side]] for side in runs}
-        digests = {(c["inputs"], c["outputs"]) for side in runs for c in per_side[side]}
-        identical = len(digests) == 1
-        all_identical &= identical
-        base_us = statistics.median(c["us"] for c in per_side["base"])
-        new_us = statistics.median(c["us"] for c in per_side["new"])
-        rows.append(
-            {
-                "case": name,
-                "base_us": base_us,
-                "new_us": new_us,
-                "ratio": new_us / base_us,
-                "identical": identical,
-                "sets": per_side["new"][0]["sets"],
-                "ok_share": per_side["new"][0]["ok_share"],
-            }
-        )
+    for side in roots:
+        if side == "base":
+            continue
+        rows = by_candidate.setdefault(side, [])
+        for name, *_ in cases(args.cpu, args.only):
+            per_side = {s: [run["cases"][name] for run in runs[s]] for s in ("base", side)}
+            digests = {(c["inputs"], c["outputs"]) for s in per_side for c in per_side[s]}
+            identical = len(digests) == 1
+            all_identical &= identical
+            base_us = statistics.median(c["us"] for c in per_side["base"])
+            new_us = statistics.median(c["us"] for c in per_side[side])
+            rows.append(
+                {
+                    "case": name,
+                    "candidate": str(roots[side]),
+                    "base_us": base_us,
+                    "new_us": new_us,
+                    "ratio": new_us / base_us,
+                    "identical": identical,
+                    "sets": per_side[side][0]["sets"],
+                    "ok_share": per_side[side][0]["ok_share"],
+                }
+            )
+    rows = by_candidate["new0"]
     args.out.mkdir(parents=True, exist_ok=True)
     meta: dict[str, Any] = {"cpu": args.cpu, "rounds": args.rounds, "roots": {}}
     meta["roots"] = {side: str(root) for side, root in roots.items()}
+    meta["candidates"] = {str(roots[side]): by_candidate[side] for side in by_candidate}
     if not args.cpu:
         import torch
         import triton
@@ -272,12 +288,14 @@ def main() -> int:
         json.dumps({"meta": meta, "rows": rows, "runs": runs}, indent=1)
     )
     unit = "µs (wall clock, interpreter)" if args.cpu else "µs per call (CUDA graph)"
-    print(f"{'case':18s} {'base':>10s} {'new':>10s} {'new/base':>9s}  identical   [{unit}]")
-    for row in rows:
-        print(
-            f"{row['case']:18s} {row['base_us']:10.2f} {row['new_us']:10.2f} "
-            f"{row['ratio']:9.3f}  {'yes' if row['identical'] else 'NO'}"
-        )
+    for side, side_rows in by_candidate.items():
+        print(f"new = {roots[side]}")
+        print(f"{'case':18s} {'base':>10s} {'new':>10s} {'new/base':>9s}  identical   [{unit}]")
+        for row in side_rows:
+            print(
+                f"{row['case']:18s} {row['base_us']:10.2f} {row['new_us']:10.2f} "
+                f"{row['ratio']:9.3f}  {'yes' if row['identical'] else 'NO'}"
+            )
     return 0 if all_identical else 1
 
 
