@@ -23,7 +23,8 @@ every input set) must be the default's bit for bit, or the script fails. Variant
   rounding of a boundary: such a difference is reported as one, and fails the script;
 - sparse q of S = 4096 at B4 and B64, also the split at tiles of 64 to 512 slots with the
   support launch at 4 and 8 warps, and at tiles of 128 with the plan's warps (step 26's
-  sweep); at S = 256 and 1024 the nearest of those.
+  sweep); at S = 256 and 1024 the nearest of those; at S = 64 the finish at 4 and 16 warps
+  (the plan's: 8) and the support split at tiles of 32 slots (step 27's leads).
 
 A variant that leaves the default plan as it is (e.g. overlap where the plan overlaps
 already) is skipped, not timed twice.
@@ -77,6 +78,15 @@ _SWEEP_NEAR: dict[str, dict[str, Any]] = {
         for name in ("tile 64 w4", "tile 256 w4", "tile 128 w8", "tile 128 wplan")
     },
 }
+# Step 27's narrow support (S = 64: the finish reads the draft rows' support before its
+# wait): the finish at 4 and 16 warps beside the plan's 8, and the split support at tiles of
+# 32 slots (counts, support and finish launches, as from 128 padded slots).
+_NARROW: dict[str, dict[str, Any]] = {
+    **_SPARSE,
+    "finish w4": {"finish_warps": 4},
+    "finish w16": {"finish_warps": 16},
+    "tile 32 w4": {"support_tile": 32, "support_warps": 4},
+}
 # The interpreter's smoke: a split at tiles of 64 and 128 (its warps are ignored there).
 _CPU_SWEEP: dict[str, dict[str, Any]] = {
     f"tile {tile} w4": {"support_tile": tile, "support_warps": 4} for tile in (64, 128)
@@ -91,7 +101,7 @@ def cases(cpu: bool) -> list[tuple[str, int, str, str, dict[str, dict[str, Any]]
     out = [(f"B64 {t} point", 64, t, "point", _POINT_B64) for t in ("T1", "T0", "mix")]
     out += [(f"B256 {t} point", 256, t, "point", _POINT_B256) for t in ("T1", "T0", "half", "mix")]
     out += [
-        (f"B{b} sparse{s}", b, "T1", f"sparse{s}", {64: _SPARSE, 4096: _SWEEP}.get(s, _SWEEP_NEAR))
+        (f"B{b} sparse{s}", b, "T1", f"sparse{s}", {64: _NARROW, 4096: _SWEEP}.get(s, _SWEEP_NEAR))
         for b in (4, 64)
         for s in (64, 256, 1024, 4096)
     ]
