@@ -262,6 +262,9 @@ def worker(
         # CHUNK is a constexpr that verify_chain passes by position, with (B, V, NSPLIT).
         stats_const = {**stats_const, "CHUNK": plan.chunk}
         finish_const = {**finish_const, "CHUNK": plan.chunk}
+        # TICKET: the counts and support launches' constexpr where the package has one
+        # (bench/pending's v5 step 28: the support launch's last program finishes)
+        support_const = {**finish_const, "TICKET": bool(getattr(plan, "ticket", False))}
         dense = {"qdense_ptr": "*fp32", "mass_ptr": "*fp64"}
         other = {"qdense_ptr": "*bf16", "mass_ptr": "*fp32"}
         launches: list[tuple[str, Any, dict[str, int | bool], int, dict[str, str]]] = [
@@ -283,7 +286,7 @@ def worker(
             for phase in ("counts", "support"):
                 kernel = getattr(chain, f"chain_{phase}_kernel")
                 warps = int(getattr(plan, "support_warps", 0)) if phase == "support" else 0
-                launches.append((phase, kernel, finish_const, warps or plan.finish_warps, other))
+                launches.append((phase, kernel, support_const, warps or plan.finish_warps, other))
         values = _int_values(batch, q, support, plan.nsplit)
         for phase, kernel, constexprs, warps, pointer_types in launches:
             names = {p.name for p in kernel.params}
@@ -317,6 +320,8 @@ def main() -> int:
     parser.add_argument("--stages", type=int, help="phase 1's pipeline depth (LaunchPlan.stages)")
     parser.add_argument("--overlap", type=int, choices=(0, 1), help="LaunchPlan.overlap")
     parser.add_argument("--tma", type=int, choices=(0, 1), help="LaunchPlan.tma (step 12)")
+    parser.add_argument("--ticket", type=int, choices=(0, 1), help="LaunchPlan.ticket (step 28)")
+    parser.add_argument("--support-warps", type=int, help="LaunchPlan.support_warps")
     parser.add_argument("--barrier-lines", action="store_true", help="barriers by chain.py line")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -327,6 +332,8 @@ def main() -> int:
             ("stages", args.stages),
             ("overlap", None if args.overlap is None else bool(args.overlap)),
             ("tma", None if args.tma is None else bool(args.tma)),
+            ("ticket", None if args.ticket is None else bool(args.ticket)),
+            ("support_warps", args.support_warps),
         )
         if value is not None
     }

@@ -1,6 +1,7 @@
 """The selector under other launch plans than the one it picks: same outputs, which is faster.
 
-Run on the device machine (`python3 bench/plan_variants.py [--only WORD ...]`); `--cpu`
+Run on the device machine (`python3 bench/plan_variants.py [--only WORD ...] [--variants
+WORD ...]`: the cases, and beside the default the variants, naming one of the words); `--cpu`
 runs every case once at a small V in Triton's interpreter, to check the script itself.
 
 Each case (bench/selector_ab.py's inputs and timing: CUDA graphs of 10 calls rotating over
@@ -24,7 +25,11 @@ every input set) must be the default's bit for bit, or the script fails. Variant
 - sparse q of S = 4096 at B4 and B64, also the split at tiles of 64 to 512 slots with the
   support launch at 4 and 8 warps, and at tiles of 128 with the plan's warps (step 26's
   sweep); at S = 256 and 1024 the nearest of those; at S = 64 the finish at 4 and 16 warps
-  (the plan's: 8) and the support split at tiles of 32 slots (step 27's leads).
+  (the plan's: 8) and the support split at tiles of 32 slots (step 27's leads);
+- at S = 256 to 4096, with bench/pending/v5-step28-ticket.patch applied (LaunchPlan.ticket),
+  the support launch's last program per request block finishing it (no finish launch) at
+  8 and 16 warps, and at tiles of 256 at 8 warps; variants whose fields this package's
+  plans lack are skipped.
 
 A variant that leaves the default plan as it is (e.g. overlap where the plan overlaps
 already) is skipped, not timed twice.
@@ -87,6 +92,14 @@ _NARROW: dict[str, dict[str, Any]] = {
     "finish w16": {"finish_warps": 16},
     "tile 32 w4": {"support_tile": 32, "support_warps": 4},
 }
+# Step 28's candidate (bench/pending): no finish launch, the support launch's last program of
+# each request block finishing it (LaunchPlan.ticket), at the warps and tiles that compile
+# without spills (bench/compile_sm90.py --ticket 1: 4 warps spill at S = 4096).
+_TICKET: dict[str, dict[str, Any]] = {
+    "ticket w8": {"ticket": True, "support_warps": 8},
+    "ticket 256 w8": {"ticket": True, "support_tile": 256, "support_warps": 8},
+    "ticket w16": {"ticket": True, "support_warps": 16},
+}
 # The interpreter's smoke: a split at tiles of 64 and 128 (its warps are ignored there).
 _CPU_SWEEP: dict[str, dict[str, Any]] = {
     f"tile {tile} w4": {"support_tile": tile, "support_warps": 4} for tile in (64, 128)
@@ -101,7 +114,13 @@ def cases(cpu: bool) -> list[tuple[str, int, str, str, dict[str, dict[str, Any]]
     out = [(f"B64 {t} point", 64, t, "point", _POINT_B64) for t in ("T1", "T0", "mix")]
     out += [(f"B256 {t} point", 256, t, "point", _POINT_B256) for t in ("T1", "T0", "half", "mix")]
     out += [
-        (f"B{b} sparse{s}", b, "T1", f"sparse{s}", {64: _NARROW, 4096: _SWEEP}.get(s, _SWEEP_NEAR))
+        (
+            f"B{b} sparse{s}",
+            b,
+            "T1",
+            f"sparse{s}",
+            {64: _NARROW, 4096: _SWEEP | _TICKET}.get(s, _SWEEP_NEAR | _TICKET),
+        )
         for b in (4, 64)
         for s in (64, 256, 1024, 4096)
     ]
@@ -112,6 +131,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cpu", action="store_true", help="smoke test in the interpreter")
     parser.add_argument("--only", nargs="+", metavar="WORD", help="cases naming one of these")
+    parser.add_argument(
+        "--variants", nargs="+", metavar="WORD", help="variants naming one of these (and default)"
+    )
     args = parser.parse_args()
     device, vocab = ("cpu", 3000) if args.cpu else ("cuda", 129_280)
     l2 = 60 << 20 if args.cpu else torch.cuda.get_device_properties(0).L2_cache_size
@@ -125,6 +147,10 @@ def main() -> int:
         default: LaunchPlan = case_plan(batch, q, vocab, cpu=args.cpu)
         plans = {"default": default}
         for variant, fields in variants.items():
+            if args.variants and not any(word in variant for word in args.variants):
+                continue
+            if any(field not in LaunchPlan.__dataclass_fields__ for field in fields):
+                continue  # a field this package's plans do not have (e.g. step 28's ticket)
             plan = dataclasses.replace(default, **fields)
             if plan not in plans.values():
                 plans[variant] = plan
