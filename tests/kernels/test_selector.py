@@ -38,7 +38,13 @@ from pp3kernels.contract import (
 from pp3kernels.drafts import point_mass_q, quantise_q, sample_drafts
 from pp3kernels.interface import ChainResult
 from pp3kernels.jit import chain as chain_kernels
-from pp3kernels.jit.launch import MAX_SLOT_TILE, Q_DENSE, Q_SPARSE
+from pp3kernels.jit.launch import (
+    MAX_LOOPED_SLOTS,
+    MAX_PREFETCH_SLOTS,
+    MAX_SLOT_TILE,
+    Q_DENSE,
+    Q_SPARSE,
+)
 from pp3kernels.philox import acceptance_uniform, sample_uniform
 from pp3kernels.reference import reference_verify_chain
 from pp3kernels.selector import LaunchPlan, launch_constants, overlaps, plan_launch, verify_chain
@@ -492,6 +498,28 @@ def test_split_plan_wide_support_in_every_chunk_equals_reference(support_tile: i
     _assert_same(split, _reference(args), args)
     assert int((split.accepted < 3).sum()) == 8
     assert bool((split.status == STATUS_OK).all())
+
+
+@pytest.mark.parametrize(
+    ("drafts", "support", "prefetched"),
+    [(5, 64, True), (5, 4, False), (15, 128, False)],
+    ids=["k5-s64-read-before-the-wait", "k5-s4-looped", "k15-s128-read-after"],
+)
+def test_narrow_support_read_before_the_wait_or_after_equals_reference(
+    drafts: int, support: int, prefetched: bool
+) -> None:
+    """Step 27: the finish reads every draft row's support and the logits at its ids
+    before its wait where 4 < S and R * S_P2 <= MAX_PREFETCH_SLOTS, and the stop row's
+    support terms and residual scatter take them from there; elsewhere it reads them after.
+    Both sides of that line draw the reference's tokens, residual rows among them."""
+    rows = 1 << drafts.bit_length()  # R: K + 1 rows padded to a power of two
+    slot_axis = 1 << (support - 1).bit_length()  # S_P2
+    reads_early = MAX_LOOPED_SLOTS < support and rows * slot_axis <= MAX_PREFETCH_SLOTS
+    assert reads_early == prefetched and slot_axis <= MAX_SLOT_TILE
+    args = _make(batch=24, drafts=drafts, vocab=300, seed=29, support=support)
+    got = _kernel(args)
+    _assert_same(got, _reference(args), args)
+    assert int(((got.accepted < drafts) & (args["temperature"] > 0)).sum()) > 0
 
 
 def test_split_plan_repeated_calls_give_the_same_bits() -> None:
