@@ -47,7 +47,14 @@ from pp3kernels.jit.launch import (
 )
 from pp3kernels.philox import acceptance_uniform, sample_uniform
 from pp3kernels.reference import reference_verify_chain
-from pp3kernels.selector import LaunchPlan, launch_constants, overlaps, plan_launch, verify_chain
+from pp3kernels.selector import (
+    LaunchPlan,
+    launch_constants,
+    overlaps,
+    plan_launch,
+    slot_axis,
+    verify_chain,
+)
 
 ALPHA = 1e-6
 NEG = float("-inf")
@@ -513,9 +520,9 @@ def test_narrow_support_read_before_the_wait_or_after_equals_reference(
     support terms and residual scatter take them from there; elsewhere it reads them after.
     Both sides of that line draw the reference's tokens, residual rows among them."""
     rows = 1 << drafts.bit_length()  # R: K + 1 rows padded to a power of two
-    slot_axis = 1 << (support - 1).bit_length()  # S_P2
-    reads_early = MAX_LOOPED_SLOTS < support and rows * slot_axis <= MAX_PREFETCH_SLOTS
-    assert reads_early == prefetched and slot_axis <= MAX_SLOT_TILE
+    slots = slot_axis(support)  # S_P2
+    reads_early = MAX_LOOPED_SLOTS < support and rows * slots <= MAX_PREFETCH_SLOTS
+    assert reads_early == prefetched and slots <= MAX_SLOT_TILE
     args = _make(batch=24, drafts=drafts, vocab=300, seed=29, support=support)
     got = _kernel(args)
     _assert_same(got, _reference(args), args)
