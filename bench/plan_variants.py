@@ -26,10 +26,13 @@ every input set) must be the default's bit for bit, or the script fails. Variant
   support launch at 4 and 8 warps, and at tiles of 128 with the plan's warps (step 26's
   sweep); at S = 256 and 1024 the nearest of those; at S = 64 the finish at 4 and 16 warps
   (the plan's: 8) and the support split at tiles of 32 slots (step 27's leads);
-- at S = 256 to 4096, with bench/pending/v5-step28-ticket.patch applied (LaunchPlan.ticket),
+- at S = 256 to 4096, step 28's LaunchPlan.ticket (where a package has it),
   the support launch's last program per request block finishing it (no finish launch) at
   8 and 16 warps, and at tiles of 256 at 8 warps; variants whose fields this package's
-  plans lack are skipped.
+  plans lack are skipped;
+- step 28's cases ("step28", at B1, B4, B16 and B64, S = 256 to 4096): the plan against
+  step 27's (tiles of 128 at 4 warps, a finish launch), the plan without its ticket (or
+  with one, where it has none) and at tiles of 128 at 8 warps.
 
 A variant that leaves the default plan as it is (e.g. overlap where the plan overlaps
 already) is skipped, not timed twice.
@@ -100,6 +103,15 @@ _TICKET: dict[str, dict[str, Any]] = {
     "ticket 256 w8": {"ticket": True, "support_tile": 256, "support_warps": 8},
     "ticket w16": {"ticket": True, "support_warps": 16},
 }
+# Step 28's plan (tiles of 256 at 8 warps; below 16 requests their last program per request
+# block finishing it) against step 27's (tiles of 128 at 4 warps, the finish launch), and the
+# ticket on the other side of its line; fields the package's plans lack are skipped.
+_STEP28: dict[str, dict[str, Any]] = {
+    "step 27 plan": {"ticket": False, "support_tile": 128, "support_warps": 4},
+    "no ticket": {"ticket": False},
+    "ticket": {"ticket": True},
+    "tile 128 w8": {"support_tile": 128, "support_warps": 8},
+}
 # The interpreter's smoke: a split at tiles of 64 and 128 (its warps are ignored there).
 _CPU_SWEEP: dict[str, dict[str, Any]] = {
     f"tile {tile} w4": {"support_tile": tile, "support_warps": 4} for tile in (64, 128)
@@ -123,6 +135,11 @@ def cases(cpu: bool) -> list[tuple[str, int, str, str, dict[str, dict[str, Any]]
         )
         for b in (4, 64)
         for s in (64, 256, 1024, 4096)
+    ]
+    out += [
+        (f"B{b} step28 sparse{s}", b, "T1", f"sparse{s}", _STEP28)
+        for b in (1, 4, 16, 64)
+        for s in (256, 1024, 4096)
     ]
     return out
 

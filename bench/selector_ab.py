@@ -65,7 +65,8 @@ def cases(cpu: bool, only: list[str] | None = None) -> list[tuple[str, int, str,
     batches = (1, 4) if cpu else (1, 4, 16, 64, 256, 1024)
     out = [(f"B{b} {t} point", b, t, "point") for b in batches for t in ("T1", "T0", "half")]
     out += [(f"B{b} mix point", b, "mix", "point") for b in batches if b >= 4]
-    for b in (4,) if cpu else (4, 64):
+    # sparse q on both sides of step 28's ticket line (16 requests)
+    for b in (4,) if cpu else (1, 4, 16, 64):
         supports = (64,) if cpu else (64, 1024, 4096)  # V = 300 on the CPU
         out += [(f"B{b} T1 sparse{s}", b, "T1", f"sparse{s}") for s in supports]
     # dense q on both sides of the plans' small-batch line (16 requests)

@@ -138,6 +138,18 @@ _FINISH_WARPS_DENSE_SMALL_BATCH = 2
 # at 4; B4 S = 4096 25.4 -> 24.2; bench/NOTES.md).
 _SUPPORT_TILE = 128
 _SUPPORT_WARPS = 4
+# A slot axis of _WIDE_SUPPORT_SLOTS or more: tiles of _WIDE_SUPPORT_TILE slots at
+# _WIDE_SUPPORT_WARPS warps (B64 S = 4096 -3.5% in step 26's sweep, -1.9% in step 27's; B4
+# unchanged, 23.99 against 24.01 µs; bench/NOTES.md, twenty-fourth session).
+_WIDE_SUPPORT_TILE = 256
+_WIDE_SUPPORT_WARPS = 8
+# Step 28: below _TICKET_BATCH requests, no finish launch; the split support's last program
+# of each request block finishes it (plan.ticket), the support launch in tiles of
+# _WIDE_SUPPORT_TILE at _WIDE_SUPPORT_WARPS warps, which carry the finish's code without
+# spilling (4 warps spill at S = 4096). B4 S = 1024 / 4096 -2.6% / -2.8%; at B64 the last
+# program per request finishes after its own tile, 64 such at the end of the launch: +31% /
+# +102% (twenty-fourth session).
+_TICKET_BATCH = 16
 # Every q form overlaps its launches (programmatic dependent launch, the finish reading the
 # partials last): sparse q of 65-1024 slots, whose finish summed the support itself, ran
 # 27% slower so at B4 (twenty-first session) and was planned with plain launches until
@@ -180,7 +192,9 @@ class LaunchPlan:
     is three launches: the draft rows' counts (one program per request block and draft
     row), the stop row's support sums per chunk (one program per request block and tile of
     n slots, at support_warps warps, or finish_warps where 0), then the finish, which adds
-    the tiles instead of reading all S slots itself.
+    the tiles instead of reading all S slots itself. With ticket (and support_tile > 0), the
+    support launch's last program of each request block to store its sums (an atomic
+    ticket) finishes that block itself, and there is no finish launch.
     """
 
     block_b: int
@@ -197,6 +211,7 @@ class LaunchPlan:
     kind_order: bool = False  # phase 1 takes flat rows T1 first, T0 after, per flat_rows requests
     support_tile: int = 0  # sparse q: slots per chain_support_kernel program (0: none)
     support_warps: int = 0  # warps of chain_support_kernel (0: finish_warps)
+    ticket: bool = False  # split support: its last program per request block finishes it
 
 
 def slot_axis(support: int) -> int:
@@ -284,8 +299,16 @@ def plan_launch(
     # launch shape"), and so do the chunks of 4096 from 256 requests on (not measured).
     one_tile = chunk == _CHUNK or (chunk == _LONG_CHUNK and batch < _TMA_BATCH)
     block_f = chunk if one_tile and not dense else _DRAW_TILE
-    # A wide support splits its membership over programs (steps 25-26).
+    # A wide support splits its membership over programs (steps 25-26); below _TICKET_BATCH
+    # requests its last program per request block finishes it (step 28).
     split_support = slots >= SPLIT_SUPPORT_SLOTS
+    ticket = split_support and batch < _TICKET_BATCH
+    if not split_support:
+        support_tile, support_warps = 0, 0
+    elif ticket or wide:
+        support_tile, support_warps = _WIDE_SUPPORT_TILE, _WIDE_SUPPORT_WARPS
+    else:
+        support_tile, support_warps = _SUPPORT_TILE, _SUPPORT_WARPS
     return LaunchPlan(
         1,
         block_v,
@@ -304,8 +327,9 @@ def plan_launch(
         # Rows in kind order: mixed batches run sampled-only and greedy-only blocks
         # (bench/NOTES.md, step 17), from _KIND_ORDER_BATCH requests on.
         kind_order=batch >= _KIND_ORDER_BATCH,
-        support_tile=_SUPPORT_TILE if split_support else 0,
-        support_warps=_SUPPORT_WARPS if split_support else 0,
+        support_tile=support_tile,
+        support_warps=support_warps,
+        ticket=ticket,
     )
 
 
@@ -544,11 +568,13 @@ def verify_chain(
         counted = (
             torch.empty((batch, max(k, 1)), dtype=torch.int32, device=device),
             torch.empty((batch, max(k, 1)), dtype=torch.int8, device=device),
+            # one ticket per request block, armed by the counts launch (plan.ticket)
+            torch.empty((blocks,), dtype=torch.int32, device=device),
         )
         sums = torch.empty((2, batch, tiles, plan.nsplit), dtype=torch.float64, device=device)
         support_sums = (sums[0], sums[1])
     else:
-        counted = (partials[2], partials[3])
+        counted = (partials[2], partials[3], partials[2])
         support_sums = (partials[1], partials[1])
 
     if plan.flat_rows:
@@ -595,18 +621,26 @@ def verify_chain(
         _chain_rescan_kernel[(blocks, plan.nsplit)](
             *phase2, *split, float(den), **phase2_meta, **launch2
         )
+    ticket = bool(tiles) and k > 0 and plan.ticket
     if tiles and k > 0:  # (no draft row: nothing to count, no stop row rejects a draft)
-        _chain_counts_kernel[(blocks, k)](*phase2, *split, float(den), **phase2_meta, **launch2)
+        _chain_counts_kernel[(blocks, k)](
+            *phase2, *split, float(den), **phase2_meta, TICKET=ticket, **launch2
+        )
         _chain_support_kernel[(blocks, tiles)](
             *phase2,
+            tokens,
+            accepted,
+            status,
             *split,
             float(den),
             **phase2_meta,
+            TICKET=ticket,
             **{**launch2, "num_warps": plan.support_warps or plan.finish_warps},
         )
-    _chain_finish_kernel[(blocks,)](
-        *phase2, tokens, accepted, status, *split, float(den), **phase2_meta, **launch2
-    )
+    if not ticket:
+        _chain_finish_kernel[(blocks,)](
+            *phase2, tokens, accepted, status, *split, float(den), **phase2_meta, **launch2
+        )
     return ChainResult(tokens, accepted, status)
 
 

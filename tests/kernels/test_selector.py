@@ -529,6 +529,23 @@ def test_narrow_support_read_before_the_wait_or_after_equals_reference(
     assert int(((got.accepted < drafts) & (args["temperature"] > 0)).sum()) > 0
 
 
+@pytest.mark.parametrize("support_tile", [16, 64], ids=["split-16", "split-64"])
+def test_ticket_plan_finishes_in_the_support_launch_with_the_same_bits(support_tile: int) -> None:
+    """plan.ticket (step 28): no finish launch; the support launch's last program of each
+    request block (an atomic ticket, armed by the counts launch) finishes it. Mixed T0 / T1
+    requests over a support in every chunk: the same bits as the finish launch and the
+    reference, twice in a row (the counts launch re-arms the tickets every call)."""
+    args = _make(batch=6, drafts=3, vocab=2000, seed=11, support=600, greedy_share=0.3)
+    plan = replace(_split_plan(nsplit=5, chunk_tiles=50), support_tile=support_tile)
+    finished = _kernel(args, plan=plan)
+    for _ in range(2):
+        ticketed = _kernel(args, plan=replace(plan, ticket=True))
+        _assert_same(ticketed, finished, args)
+    _assert_same(ticketed, _reference(args), args)
+    assert int((ticketed.accepted < 3).sum()) > 0
+    assert int((args["temperature"] == 0).sum()) not in (0, 6)
+
+
 def test_split_plan_repeated_calls_give_the_same_bits() -> None:
     """Two calls with the split plan (no state kept between launches) give the same bits."""
     args = _split_sparse_case()
@@ -1416,21 +1433,30 @@ def test_launches_overlap_on_the_large_vocabulary_gpu_plans_only() -> None:
     """Programmatic dependent launch is planned on every large-vocabulary GPU plan (point
     drafts, dense q, sparse q of any support: bench/NOTES.md steps 8, 8b and 25), and the
     support is split over programs from a slot axis of 128 on (steps 25-26: tiles of 128
-    slots, the support launch at 4 warps); the
-    small-vocabulary plans, the interpreter and a CPU tensor never overlap, whatever the
-    plan says."""
-    for batch in (4, 64):
+    slots, the support launch at 4 warps; from a slot axis of 2048, tiles of 256 at 8
+    warps), below 16 requests in tiles of 256 at 8 warps whose last program per request
+    block finishes it (step 28: plan.ticket); the small-vocabulary plans, the interpreter
+    and a CPU tensor never overlap, whatever the plan says."""
+    for batch in (1, 4, 15, 16, 64, 1024):
         assert plan_launch(batch, 6, 129_280, interpreter=False).overlap
         assert plan_launch(batch, 6, 129_280, interpreter=False, dense=True).overlap
         for support in (2, 4, 5, 64, 65, 1024, 1025, 4096):  # 1025: a slot axis of 2048
             plan = plan_launch(batch, 6, 129_280, interpreter=False, support=support)
             assert plan.overlap
-            split = (plan.support_tile, plan.support_warps) == (128, 4)
-            assert split == (support > 64), (support, plan)
-            assert split or plan.support_tile == plan.support_warps == 0
+            split, wide = support > 64, support > 1024
+            assert plan.ticket == (split and batch < 16), (batch, support, plan)
+            if not split:
+                assert plan.support_tile == plan.support_warps == 0, (support, plan)
+            elif plan.ticket or wide:
+                assert (plan.support_tile, plan.support_warps) == (256, 8), (support, plan)
+            else:
+                assert (plan.support_tile, plan.support_warps) == (128, 4), (support, plan)
         assert plan_launch(batch, 6, 129_280, interpreter=False, dense=True).support_tile == 0
+        assert not plan_launch(batch, 6, 129_280, interpreter=False, dense=True).ticket
     assert plan_launch(4, 6, 1000, interpreter=False, support=4096).support_tile == 0
     assert plan_launch(4, 6, 129_280, interpreter=True, support=4096).support_tile == 0
+    assert not plan_launch(4, 6, 1000, interpreter=False, support=4096).ticket
+    assert not plan_launch(4, 6, 129_280, interpreter=True, support=4096).ticket
     assert not plan_launch(4, 6, 1000, interpreter=False).overlap
     assert not plan_launch(4, 6, 129_280, interpreter=True).overlap
     assert not overlaps(plan_launch(4, 6, 129_280, interpreter=False), torch.device("cpu"))

@@ -295,6 +295,45 @@ def test_overlapped_launches_give_the_same_bits(
             assert torch.equal(got.status, want.status)
 
 
+@pytest.mark.parametrize(("batch", "support"), [(1, 4096), (4, 1024), (64, 1024), (64, 4096)])
+def test_ticketed_finish_gives_the_finish_launch_bits(batch: int, support: int) -> None:
+    """plan.ticket (step 28: the support launch's last program of each request block
+    finishes it, no finish launch) against the finish launch, at the plan's tiles and
+    beside them: bit for bit, two input sets alternating over three calls each (so that a
+    ticket left armed from the other set's call, or sums read before their tile stored
+    them, would show). B64 is not planned with a ticket; forced here, its 64 request blocks
+    race on their tickets at once. Some sampled request rejects a draft (so the support
+    sums are read) in the sets of every case."""
+    sets = [
+        _make_large(
+            batch=batch,
+            drafts=5,
+            vocab=VOCAB,
+            seed=97 * batch + support + i,
+            q="sparse",
+            device=DEVICE,
+            support=support,
+        )
+        for i in range(2 if batch > 1 else 4)
+    ]
+    base = plan_launch(batch, 6, VOCAB, interpreter=False, support=support)
+    assert base.ticket == (batch < 16)
+    for tile in (base.support_tile, 128):
+        finished = replace(base, ticket=False, support_tile=tile)
+        ticketed = replace(finished, ticket=True)
+        want = [verify_chain(**args, validate=False, plan=finished) for args in sets]
+        for _round in range(3):
+            for args, expected in zip(sets, want, strict=True):
+                got = verify_chain(**args, validate=False, plan=ticketed)
+                assert torch.equal(got.tokens, expected.tokens)
+                assert torch.equal(got.accepted, expected.accepted)
+                assert torch.equal(got.status, expected.status)
+    rejected = [
+        (out.accepted < 5) & (args["temperature"] > 0) for out, args in zip(want, sets, strict=True)
+    ]
+    assert sum(int(r.sum()) for r in rejected) > 0
+
+
 @pytest.mark.parametrize(
     ("batch", "q", "greedy"),
     [
@@ -664,15 +703,24 @@ def _law(vocab: int, tau: float) -> torch.Tensor:
         None,
         LaunchPlan(block_b=1, block_v=128, nsplit=8, chunk=128, num_warps=4),
         LaunchPlan(block_b=1, block_v=128, nsplit=8, chunk=128, num_warps=4, support_tile=2),
+        LaunchPlan(
+            block_b=1, block_v=128, nsplit=8, chunk=128, num_warps=4, support_tile=2, ticket=True
+        ),
     ],
-    ids=["default-plan", "forced-8-splits", "forced-8-splits-split-support"],
+    ids=[
+        "default-plan",
+        "forced-8-splits",
+        "forced-8-splits-split-support",
+        "forced-8-splits-ticketed-finish",
+    ],
 )
 def test_first_token_law_at_v1000(plan: LaunchPlan | None) -> None:
     """First emitted token ~ p (G-test, alpha 1e-6). The default GPU plan of a 20K-request
     batch at V = 1000 is a single split (the batch alone fills the GPU), so the split path
     (atomics, chunk masses, rescanned support chunks 0, 1, 3 and 7 of 8) is forced too, and
     once more with the support's four slots counted and summed by the split-support
-    launches in two tiles of two (step 25)."""
+    launches in two tiles of two (step 25), and with the second tile's program to arrive
+    finishing each request (step 28's ticket: 20K request blocks racing on their tickets)."""
     counts = _first_token_counts(1000, DEVICE, plan)
     assert _pooled_g_test(counts, _law(1000, 0.9)) > ALPHA
     # the same counts against the law at the wrong temperature must fail (power check)

@@ -1162,8 +1162,8 @@ def _summed_support_tiles(
             None, None, :
         ]
         ok = resid[:, None, None] & (tiles < TILES)[None, :, None] & split_ok[None, None, :]
-        sup_e += tl.sum(tl.load(sup_e_ptr + idx, mask=ok, other=0.0), axis=1)
-        sup_r += tl.sum(tl.load(sup_r_ptr + idx, mask=ok, other=0.0), axis=1)
+        sup_e += tl.sum(tl.load(sup_e_ptr + idx, mask=ok, other=0.0, cache_modifier=".cg"), axis=1)
+        sup_r += tl.sum(tl.load(sup_r_ptr + idx, mask=ok, other=0.0, cache_modifier=".cg"), axis=1)
     return sup_e, sup_r
 
 
@@ -1636,6 +1636,7 @@ def chain_rescan_kernel(
     mass_ptr,
     count_ptr,
     q_bad_ptr,
+    ticket_ptr,
     sup_e_ptr,
     sup_r_ptr,
     B,
@@ -1764,6 +1765,7 @@ def chain_counts_kernel(
     mass_ptr,
     count_ptr,
     q_bad_ptr,
+    ticket_ptr,
     sup_e_ptr,
     sup_r_ptr,
     B,
@@ -1781,6 +1783,7 @@ def chain_counts_kernel(
     BLOCK_F: tl.constexpr,
     OVERLAP: tl.constexpr,
     SUPPORT_TILE: tl.constexpr,
+    TICKET: tl.constexpr,
 ):
     """Phase 2a, sparse q with SUPPORT_TILE > 0 (grid: request blocks x the K draft rows):
     for draft row k of every request, the count n of its draft x in q's row and whether q
@@ -1828,6 +1831,9 @@ def chain_counts_kernel(
     counted = offs_b64[:, None] * K + rows[None, :]
     tl.store(count_ptr + counted, count, mask=drow)
     tl.store(q_bad_ptr + counted, q_bad.to(tl.int8), mask=drow)
+    if TICKET:
+        if k == 0:  # the support launch's ticket of this request block, armed for this call
+            tl.store(ticket_ptr + pid_b, 0)
     if OVERLAP:
         gdc_wait()  # exit only after phase 1: the next launch waits for this one alone
 
@@ -1861,8 +1867,12 @@ def chain_support_kernel(
     mass_ptr,
     count_ptr,
     q_bad_ptr,
+    ticket_ptr,
     sup_e_ptr,
     sup_r_ptr,
+    tokens_ptr,
+    accepted_ptr,
+    status_ptr,
     B,
     V,
     CHUNK: tl.constexpr,
@@ -1878,6 +1888,7 @@ def chain_support_kernel(
     BLOCK_F: tl.constexpr,
     OVERLAP: tl.constexpr,
     SUPPORT_TILE: tl.constexpr,
+    TICKET: tl.constexpr,
 ):
     """Phase 2b, sparse q with SUPPORT_TILE > 0 (grid: request blocks x tiles of
     SUPPORT_TILE support slots): for every request whose stop row rejected a draft, the
@@ -1890,6 +1901,12 @@ def chain_support_kernel(
     and the partials: both small), then reads SUPPORT_TILE slots, their logits and one
     [SUPPORT_TILE, NSPLIT_P2] membership tile: the S x NSPLIT membership of the stop row is
     spread over S / SUPPORT_TILE programs instead of one.
+
+    With TICKET (step 28) there is no finish launch: after storing its sums each program
+    takes a ticket of its request block (an atomic counter that chain_counts_kernel sets to
+    0 each call), and the one that draws TILES - 1, the last to arrive, runs the finish's
+    step 3 and outputs (``_finish_requests``) for the block; the acquire-release atomic
+    makes every other program's stored sums visible to it.
     """
     if OVERLAP:
         gdc_launch_dependents()  # the finish launch may start; it waits before reading
@@ -1901,7 +1918,20 @@ def chain_support_kernel(
     offs_b, mask_b, is_t1, inv_tau, seed, position = _requests(
         pid_b, B, temp_ptr, seed_ptr, pos_ptr, BLOCK_B
     )
-    status, stop_row, _d, _n, resid, stop_max, stop_sum, _f, _a, _pm, _ps, slots = _chain_stop(
+    (
+        status,
+        stop_row,
+        draft,
+        need_sample,
+        resid,
+        stop_max,
+        stop_sum,
+        final,
+        at_stop,
+        p_max,
+        p_sum,
+        slots,
+    ) = _chain_stop(
         logits,
         (draft_ptr, stride_db, stride_dk),
         q_sparse,
@@ -1953,6 +1983,56 @@ def chain_support_kernel(
         ok = resid[:, None] & (splits < NSPLIT)[None, :]
         tl.store(sup_e_ptr + idx, sup_e, mask=ok)
         tl.store(sup_r_ptr + idx, sup_r, mask=ok)
+    if TICKET:
+        # The last program of this request block to get here finishes it (no finish launch):
+        # every program's sums stored, then one release-acquire ticket per program (the
+        # pattern of CUTLASS's semaphore: a block barrier, then one thread's gpu-scope
+        # release); the finish reads the tiles past L1 (_summed_support_tiles).
+        tl.debug_barrier()
+        arrived = tl.atomic_add(ticket_ptr + pid_b, 1, sem="acq_rel", scope="gpu")
+        if arrived == tl.num_programs(1) - 1:
+            _finish_requests(
+                logits,
+                q_sparse,
+                q_dense,
+                offs_b,
+                mask_b,
+                is_t1,
+                inv_tau,
+                seed,
+                position,
+                (
+                    status,
+                    stop_row,
+                    draft,
+                    need_sample,
+                    resid,
+                    stop_max,
+                    stop_sum,
+                    final,
+                    at_stop,
+                    p_max,
+                    p_sum,
+                    slots,
+                ),
+                scratch_ptr,
+                mass_ptr,
+                (sup_e_ptr, sup_r_ptr),
+                (tokens_ptr, accepted_ptr, status_ptr),
+                V,
+                CHUNK,
+                NSPLIT,
+                denominator_f,
+                K,
+                R,
+                S,
+                S_P2,
+                Q_MODE,
+                NSPLIT_P2,
+                BLOCK_B,
+                BLOCK_F,
+                SUPPORT_TILE,
+            )
 
 
 @triton.jit(do_not_specialize=["NSPLIT"])
@@ -1984,6 +2064,7 @@ def chain_finish_kernel(
     mass_ptr,
     count_ptr,
     q_bad_ptr,
+    ticket_ptr,
     sup_e_ptr,
     sup_r_ptr,
     tokens_ptr,
@@ -2019,7 +2100,6 @@ def chain_finish_kernel(
     offs_b, mask_b, is_t1, inv_tau, seed, position = _requests(
         pid_b, B, temp_ptr, seed_ptr, pos_ptr, BLOCK_B
     )
-    offs_b64 = offs_b.to(tl.int64)
     # Sparse q's support read before the wait where it is narrow (see _chain_stop).
     PREFETCH_SLOTS: tl.constexpr = (
         S > _MAX_LOOPED_SLOTS and S_P2 <= _MAX_SLOT_TILE and R * S_P2 <= _MAX_PREFETCH_SLOTS
@@ -2065,6 +2145,101 @@ def chain_finish_kernel(
         tl.arange(0, S_P2),
         Q_MODE == _Q_SPARSE and SUPPORT_TILE == 0 and PREFETCH_SLOTS,
     )
+    _finish_requests(
+        logits,
+        q_sparse,
+        q_dense,
+        offs_b,
+        mask_b,
+        is_t1,
+        inv_tau,
+        seed,
+        position,
+        (
+            status,
+            stop_row,
+            draft,
+            need_sample,
+            resid,
+            stop_max,
+            stop_sum,
+            final,
+            at_stop,
+            p_max,
+            p_sum,
+            stop_slots,
+        ),
+        scratch_ptr,
+        mass_ptr,
+        (sup_e_ptr, sup_r_ptr),
+        (tokens_ptr, accepted_ptr, status_ptr),
+        V,
+        CHUNK,
+        NSPLIT,
+        denominator_f,
+        K,
+        R,
+        S,
+        S_P2,
+        Q_MODE,
+        NSPLIT_P2,
+        BLOCK_B,
+        BLOCK_F,
+        SUPPORT_TILE,
+    )
+
+
+@triton.jit
+def _finish_requests(
+    logits,
+    q_sparse,
+    q_dense,
+    offs_b,
+    mask_b,
+    is_t1,
+    inv_tau,
+    seed,
+    position,
+    chain,
+    scratch_ptr,
+    mass_ptr,
+    sup_ptrs,
+    outputs,
+    V,
+    CHUNK: tl.constexpr,
+    NSPLIT,
+    denominator_f,
+    K: tl.constexpr,
+    R: tl.constexpr,
+    S: tl.constexpr,
+    S_P2: tl.constexpr,
+    Q_MODE: tl.constexpr,
+    NSPLIT_P2: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+    SUPPORT_TILE: tl.constexpr,
+):
+    """Phase 2, step 3 and the outputs for the requests ``offs_b``, from ``chain`` (what
+    ``_chain_stop`` returned for them): the stop row's draw, then tokens, accepted and
+    status (``outputs``: their pointers). The finish kernel runs it, and with TICKET the
+    support launch's last program of each request block (``chain_support_kernel``)."""
+    (
+        status,
+        stop_row,
+        draft,
+        need_sample,
+        resid,
+        stop_max,
+        stop_sum,
+        final,
+        at_stop,
+        p_max,
+        p_sum,
+        stop_slots,
+    ) = chain
+    sup_e_ptr, sup_r_ptr = sup_ptrs
+    tokens_ptr, accepted_ptr, status_ptr = outputs
+    offs_b64 = offs_b.to(tl.int64)
     accepted = stop_row
     rows = tl.arange(0, R)
     valid = mask_b[:, None] & (rows <= K)[None, :]
