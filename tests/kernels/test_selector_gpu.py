@@ -287,12 +287,20 @@ def test_overlapped_launches_give_the_same_bits(
     assert base.overlap == planned
     overlapped, apart = replace(base, overlap=True), replace(base, overlap=False)
     plain = [verify_chain(**args, validate=False, plan=apart) for args in sets]
+    _assert_alternating_calls_give(plain, sets, overlapped)
+
+
+def _assert_alternating_calls_give(
+    want: list[ChainResult], sets: list[Args], plan: LaunchPlan
+) -> None:
+    """Three rounds of one call per input set under ``plan``, the sets alternating, each
+    call's outputs bit for bit ``want``'s for its set."""
     for _round in range(3):
-        for args, want in zip(sets, plain, strict=True):
-            got = verify_chain(**args, validate=False, plan=overlapped)
-            assert torch.equal(got.tokens, want.tokens)
-            assert torch.equal(got.accepted, want.accepted)
-            assert torch.equal(got.status, want.status)
+        for args, expected in zip(sets, want, strict=True):
+            got = verify_chain(**args, validate=False, plan=plan)
+            assert torch.equal(got.tokens, expected.tokens)
+            assert torch.equal(got.accepted, expected.accepted)
+            assert torch.equal(got.status, expected.status)
 
 
 @pytest.mark.parametrize(("batch", "support"), [(1, 4096), (4, 1024), (64, 1024), (64, 4096)])
@@ -322,12 +330,7 @@ def test_ticketed_finish_gives_the_finish_launch_bits(batch: int, support: int) 
         finished = replace(base, ticket=False, support_tile=tile)
         ticketed = replace(finished, ticket=True)
         want = [verify_chain(**args, validate=False, plan=finished) for args in sets]
-        for _round in range(3):
-            for args, expected in zip(sets, want, strict=True):
-                got = verify_chain(**args, validate=False, plan=ticketed)
-                assert torch.equal(got.tokens, expected.tokens)
-                assert torch.equal(got.accepted, expected.accepted)
-                assert torch.equal(got.status, expected.status)
+        _assert_alternating_calls_give(want, sets, ticketed)
     rejected = [
         (out.accepted < 5) & (args["temperature"] > 0) for out, args in zip(want, sets, strict=True)
     ]
