@@ -818,16 +818,27 @@ def _row_weights(
 
 @triton.jit
 def _unpinned(x):
-    """x ([1]) rebuilt from its one value: the same value, in no register layout of its own.
+    """x ([1]) rebuilt from its one value: the same value, in no register layout of its own
+    (a -0.0 comes back as +0.0, which no comparison or difference tells apart).
 
-    A [1] value that comes out of a reduction keeps the reduced tensor's layout; broadcast
-    into an [S_P2] slot tile it can make Triton lay the whole tile out like it, with most
-    of the tile replicated in every thread (sparse q's split-support finish spilled 6 KB a
-    thread that way; bench/NOTES.md, step 25). Rebuilt from a scalar, it takes the tile's.
-    The draw helpers do this under UNPIN (the split-support finish only: the finish that
-    sums the support itself compiles better without, 96.8 against 128.9 µs at B64 S = 4096).
+    A [1] value that comes out of a reduction, or a load, keeps that tensor's layout;
+    broadcast into a tile of another layout it costs a layout conversion (a shared-memory
+    round trip with block barriers) at every use, or makes Triton lay the whole tile out
+    like it, with most of the tile replicated in every thread (sparse q's split-support
+    finish spilled 6 KB a thread that way; bench/NOTES.md, step 25). Rebuilt from a scalar,
+    it takes each tile's layout for free. The GPU plans run one request a program (BLOCK_B
+    = 1), so phase 2 unpins every per-request value where it is made (``_requests``,
+    ``_chain_stop``, the chunk pick: step 29), and the draw helpers again under UNPIN
+    (sparse q; dense q and the rescan walk only where the support is split: they compiled
+    to more block barriers unpinned, bench/NOTES.md, twenty-sixth session).
     """
     return tl.full([1], 0, x.dtype) + tl.sum(x, axis=0)
+
+
+@triton.jit
+def _unpinned_flag(x):
+    """``_unpinned`` for a boolean [1] value."""
+    return _unpinned(x.to(tl.int32)) != 0
 
 
 @triton.jit
@@ -862,7 +873,7 @@ def _scatter_residuals(
     qid_ptr, qcnt_ptr, q_row_off, stride_qs, _qd, _qd_off, _qd_stride, inv_den = q[0:8]
     scr, scr_off, slot_id, slot_count, slot_logit = q[8:13]
     if UNPIN and resid.shape[0] == 1:  # see _unpinned
-        resid = _unpinned(resid.to(tl.int32)) != 0
+        resid = _unpinned_flag(resid)
         tile_start = _unpinned(tile_start)
         row_sum = _unpinned(row_sum)
         q_row_off = _unpinned(q_row_off)
@@ -1523,6 +1534,14 @@ def _chain_stop(
     stop_sum = tl.sum(tl.where(at_stop, r_sum, 0.0), axis=1)
     final = tl.sum(tl.where(at_stop, greedy, 0), axis=1)
     final = tl.where(is_t1, _NO_TOKEN, final)
+    if BLOCK_B == 1:  # one request a program: see _unpinned
+        status = _unpinned(status)
+        stop_row = _unpinned(stop_row)
+        need_sample = _unpinned_flag(need_sample)
+        resid = _unpinned_flag(resid)
+        stop_max = _unpinned(stop_max)
+        stop_sum = _unpinned(stop_sum)
+        final = _unpinned(final)
     if PREFETCH:
         stop_slots = _stop_row_slots(draft_row_slots, at_stop)
     else:
@@ -1556,6 +1575,13 @@ def _requests(pid_b, B, temp_ptr, seed_ptr, pos_ptr, BLOCK_B: tl.constexpr):
     is_t1, inv_tau = _temperature(tau)
     seed = tl.load(seed_ptr + offs_b, mask=mask_b, other=0)
     position = tl.load(pos_ptr + offs_b, mask=mask_b, other=0)
+    if BLOCK_B == 1:  # one request a program: see _unpinned
+        offs_b = _unpinned(offs_b)
+        mask_b = _unpinned_flag(mask_b)
+        is_t1 = _unpinned_flag(is_t1)
+        inv_tau = _unpinned(inv_tau)
+        seed = _unpinned(seed)
+        position = _unpinned(position)
     return offs_b, mask_b, is_t1, inv_tau, seed, position
 
 
@@ -2320,6 +2346,10 @@ def _finish_requests(
             stop_row,
             NSPLIT_P2,
         )
+        if BLOCK_B == 1:  # see _unpinned
+            pick = _unpinned(pick)
+            inner = _unpinned(inner)
+            resid = _unpinned_flag(resid)
         chosen = _draw_in_chunk(
             row,
             q,
@@ -2334,7 +2364,7 @@ def _finish_requests(
             S_P2,
             BLOCK_B,
             BLOCK_F,
-            Q_MODE == _Q_SPARSE and SUPPORT_TILE > 0,
+            Q_MODE == _Q_SPARSE,
         )
         final = tl.where(need_sample, chosen, final)
 
