@@ -32,7 +32,10 @@ every input set) must be the default's bit for bit, or the script fails. Variant
   plans lack are skipped;
 - step 28's cases ("step28", at B1, B4, B16 and B64, S = 256 to 4096): the plan against
   step 27's (tiles of 128 at 4 warps, a finish launch), the plan without its ticket (or
-  with one, where it has none) and at tiles of 128 at 8 warps.
+  with one, where it has none) and at tiles of 128 at 8 warps;
+- step 29's cases ("step29"): point drafts at B1, B4 and B16 (all T1, and every other
+  request T0) with the finish at 4 and 16 warps; sparse q of S = 1024 and 4096 at B1 and
+  B4 with the ticketed support program in tiles of 512 at 8 warps and of 256 and 512 at 16.
 
 A variant that leaves the default plan as it is (e.g. overlap where the plan overlaps
 already) is skipped, not timed twice.
@@ -112,6 +115,18 @@ _STEP28: dict[str, dict[str, Any]] = {
     "ticket": {"ticket": True},
     "tile 128 w8": {"support_tile": 128, "support_warps": 8},
 }
+# Step 29 (per-request values unpinned) moved the finish's costs: point drafts' finish at 4
+# and 16 warps beside the plan's 8 at B1-B16, and the ticketed support program at S = 1024
+# and 4096 below 16 requests in tiles of 512 and at 16 warps beside the plan's 256 at 8.
+_STEP29_POINT: dict[str, dict[str, Any]] = {
+    "finish w4": {"finish_warps": 4},
+    "finish w16": {"finish_warps": 16},
+}
+_STEP29_TICKET: dict[str, dict[str, Any]] = {
+    "tile 512 w8": {"support_tile": 512, "support_warps": 8},
+    "tile 256 w16": {"support_tile": 256, "support_warps": 16},
+    "tile 512 w16": {"support_tile": 512, "support_warps": 16},
+}
 # The interpreter's smoke: a split at tiles of 64 and 128 (its warps are ignored there).
 _CPU_SWEEP: dict[str, dict[str, Any]] = {
     f"tile {tile} w4": {"support_tile": tile, "support_warps": 4} for tile in (64, 128)
@@ -140,6 +155,17 @@ def cases(cpu: bool) -> list[tuple[str, int, str, str, dict[str, dict[str, Any]]
         (f"B{b} step28 sparse{s}", b, "T1", f"sparse{s}", _STEP28)
         for b in (1, 4, 16, 64)
         for s in (256, 1024, 4096)
+    ]
+    out += [
+        (f"B{b} step29 {t} point", b, t, "point", _STEP29_POINT)
+        for b in (1, 4, 16)
+        for t in ("T1", "mix")
+        if b > 1 or t == "T1"
+    ]
+    out += [
+        (f"B{b} step29 sparse{s}", b, "T1", f"sparse{s}", _STEP29_TICKET)
+        for b in (1, 4)
+        for s in (1024, 4096)
     ]
     return out
 
