@@ -2,7 +2,8 @@
 # Where the small-batch call spends its time, inside each launch: Nsight Compute on the
 # selector's phase-1 and phase-2 kernels (one launch each after warm-up calls), full
 # metric set with PC sampling, for point drafts at B1 T1, B1 T0 and B4 T1, and sparse
-# S = 1024 at B4 T1. Run on the device machine through bench/device_session.sh, whose set-up
+# S = 64 at B4 T1 (two launches a call; sparse q from 128 padded slots runs three below 16
+# requests, the support launch finishing each request: step 28). Run on the device machine through bench/device_session.sh, whose set-up
 # installs the package: `bash bench/device_session.sh bash bench/ncu_phases.sh` (~2 min);
 # it writes $OUT/ncu.tgz.part* (the CSVs and logs; the binary reports stay behind).
 # ncu reads the hardware counters on this machine's runtime (Firecracker; KINDS.md) and is
@@ -16,7 +17,7 @@ work=$(mktemp -d)
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)
 [ -n "$ncu" ] || { echo "no ncu on this machine"; exit 3; }
 "$ncu" --version | tail -1
-for case in "1 T1 point" "1 T0 point" "4 T1 point" "4 T1 sparse1024"; do
+for case in "1 T1 point" "1 T0 point" "4 T1 point" "4 T1 sparse64"; do
   set -- $case
   name="b$1_$2_$3"
   echo "== $name"
