@@ -3,9 +3,10 @@
 # selector's phase-1 and phase-2 kernels (one launch each after warm-up calls), full
 # metric set with PC sampling, for point drafts at B1 T1, B1 T0 and B4 T1, and sparse
 # S = 64 at B4 T1 (two launches a call; sparse q from 128 padded slots runs three below 16
-# requests, the support launch finishing each request: step 28). Run on the device machine through bench/device_session.sh, whose set-up
-# installs the package: `bash bench/device_session.sh bash bench/ncu_phases.sh` (~2 min);
-# it writes $OUT/ncu.tgz.part* (the CSVs and logs; the binary reports stay behind).
+# requests, the support launch finishing each request: step 28). Run on the device machine
+# through bench/device_session.sh, whose set-up installs the package:
+# `bash bench/device_session.sh bash bench/ncu_phases.sh` (~2 min); it writes
+# $OUT/ncu.tgz.part* (the CSVs and logs; the binary reports stay behind).
 # ncu reads the hardware counters on this machine's runtime (Firecracker; KINDS.md) and is
 # given --clock-control none: the clocks are left as they are. Each case's report is
 # printed as CSV: the details page (duration, registers, occupancy, warp states) and the
