@@ -18,15 +18,25 @@ work=$(mktemp -d)
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)
 [ -n "$ncu" ] || { echo "no ncu on this machine"; exit 3; }
 "$ncu" --version | tail -1
-for case in "1 T1 point" "1 T0 point" "4 T1 point" "4 T1 sparse64"; do
+# NCU_CASES (cases separated by ";"), NCU_LAUNCHES (launches profiled after the skipped
+# ones: a stats and a finish launch per call) and NCU_SAMPLING (the warp-sampling interval,
+# 2^(5+N) cycles; ncu's default picks it from the launch's length, which left a 12 µs finish
+# with 39 samples on 2026-12-04: 0 samples every 32 cycles) override the defaults;
+# NCU_CACHE=none keeps the caches between replays (ncu flushes them by default, so that
+# the finish reads the partials phase 1 has just written from HBM, not L2).
+IFS=';' read -ra cases <<<"${NCU_CASES:-1 T1 point;1 T0 point;4 T1 point;4 T1 sparse64}"
+sampling=()
+[ -n "${NCU_SAMPLING:-}" ] && sampling=(--warp-sampling-interval "$NCU_SAMPLING")
+[ -n "${NCU_CACHE:-}" ] && sampling+=(--cache-control "$NCU_CACHE")
+for case in "${cases[@]}"; do
   set -- $case
   name="b$1_$2_$3"
   echo "== $name"
   # 6 calls, 2 launches each (3 for dense q): skip the first 4 calls' launches.
   timeout 240 "$ncu" --clock-control none --target-processes all \
-    -k regex:'chain_(stats|finish)_kernel' --launch-skip 8 --launch-count 2 \
-    --set full --import-source yes -f -o "$work/$name" \
-    python3 bench/profile_call.py --batch "$1" --temps "$2" --q "$3" --calls 6 \
+    -k regex:'chain_(stats|finish)_kernel' --launch-skip 8 --launch-count "${NCU_LAUNCHES:-2}" \
+    "${sampling[@]}" --set full --import-source yes -f -o "$work/$name" \
+    python3 bench/profile_call.py --batch "$1" --temps "$2" --q "$3" --calls "$(( 4 + ${NCU_LAUNCHES:-2} / 2 ))" \
     >"$work/$name.log" 2>&1
   echo "ncu exit $?"; tail -3 "$work/$name.log"
   [ -f "$work/$name.ncu-rep" ] || continue

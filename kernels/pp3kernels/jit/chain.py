@@ -634,6 +634,12 @@ def _logits_status(p_flag, r_max, valid):
     contract's order, over every row the request owns, whatever the chain does)."""
     saw_nan = tl.max(p_flag & _FLAG_NAN, axis=2) != 0
     saw_inf = tl.max(p_flag & _FLAG_POSINF, axis=2) != 0
+    return _status_of_rows(saw_nan, saw_inf, r_max, valid)
+
+
+@triton.jit
+def _status_of_rows(saw_nan, saw_inf, r_max, valid):
+    """``_logits_status`` from each row's flags (a NaN seen, a +inf max) and max."""
     code = tl.where(
         saw_nan,
         _STATUS_NAN,
@@ -1009,6 +1015,45 @@ def _add_eight(a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3, b4, b5, b6, b7):
     return a0 + b0, a1 + b1, a2 + b2, a3 + b3, a4 + b4, a5 + b5, a6 + b6, a7 + b7
 
 
+# Combines for several reductions along one axis taken as one tl.reduce (step 31; one
+# request a program only: Triton's interpreter runs a custom combine element by element,
+# and its plans put many requests in a program). On the GPU a reduction across the
+# program's warps goes through shared memory between block barriers; one tl.reduce of
+# several operands shares them. Each operand is combined as tl.sum / tl.max / tl.min
+# combine it, so the values are theirs. Not merged, though measured: the chunk masses'
+# max and sum, and the membership's two sums (each doubled the point finish's shared
+# memory, 1 -> 2 KB, and that finish then ran B4 calls 2.8 µs slower, B1 and B16 not;
+# bench/NOTES.md, step 31).
+@triton.jit
+def _add_four(a0, a1, a2, a3, b0, b1, b2, b3):
+    return a0 + b0, a1 + b1, a2 + b2, a3 + b3
+
+
+@triton.jit
+def _min_max(a0, a1, b0, b1):
+    return tl.minimum(a0, b0), tl.maximum(a1, b1)
+
+
+@triton.jit
+def _add_add_max(a0, a1, a2, b0, b1, b2):
+    return a0 + b0, a1 + b1, tl.maximum(a2, b2)
+
+
+@triton.jit
+def _max_max_max(a0, a1, a2, b0, b1, b2):
+    return tl.maximum(a0, b0), tl.maximum(a1, b1), tl.maximum(a2, b2)
+
+
+@triton.jit
+def _add_min(a0, a1, b0, b1):
+    return a0 + b0, tl.minimum(a1, b1)
+
+
+@triton.jit
+def _add_min_max(a0, a1, a2, b0, b1, b2):
+    return a0 + b0, tl.minimum(a1, b1), tl.maximum(a2, b2)
+
+
 @triton.jit
 def _place_four(per_chunk, splits, c0, v0, v1, v2, v3):
     """``per_chunk`` ([BLOCK_B, NSPLIT_P2]) with columns c0 .. c0 + 3 set to v0 .. v3."""
@@ -1253,8 +1298,13 @@ def _pick_chunk(
     u = sample_uniform(seed, position + stop_row)
     target = u * total_mass
     past = (cumulative > target[:, None]) & (mass > 0.0)
-    pick = tl.min(tl.where(past, splits[None, :], NSPLIT_P2), axis=1)
-    last_nonzero = tl.max(tl.where(mass > 0.0, splits[None, :], -1), axis=1)
+    crossed = tl.where(past, splits[None, :], NSPLIT_P2)
+    nonzero = tl.where(mass > 0.0, splits[None, :], -1)
+    if mass.shape[0] == 1:  # one request a program: one reduction (see _add_four)
+        pick, last_nonzero = tl.reduce((crossed, nonzero), 1, _min_max)
+    else:
+        pick = tl.min(crossed, axis=1)
+        last_nonzero = tl.max(nonzero, axis=1)
     pick = tl.maximum(tl.where(pick >= NSPLIT_P2, last_nonzero, pick), 0)
     before_chunk = tl.sum(tl.where(splits[None, :] < pick[:, None], mass, 0.0), axis=1)
     return pick, target - before_chunk, resid
@@ -1285,10 +1335,15 @@ def _one_tile_draw(
     mask_v = (offs_v < V) & live[:, None]
     w = _row_weights(row, q, resid, chunk_start, offs_v, mask_v, Q_MODE, S, S_P2, BLOCK_F, UNPIN)
     w64 = w.to(tl.float64)
-    total = tl.sum(w64, axis=1)
     running = tl.cumsum(w64, axis=1)
-    first = tl.min(tl.where((running > target[:, None]) & mask_v, offs_v, _BIG_INDEX), axis=1)
-    last_positive = tl.max(tl.where((w > 0.0) & mask_v, offs_v, -1), axis=1)
+    crossed = tl.where((running > target[:, None]) & mask_v, offs_v, _BIG_INDEX)
+    positive = tl.where((w > 0.0) & mask_v, offs_v, -1)
+    if w.shape[0] == 1:  # one request a program: one reduction (see _add_four)
+        total, first, last_positive = tl.reduce((w64, crossed, positive), 1, _add_min_max)
+    else:
+        total = tl.sum(w64, axis=1)
+        first = tl.min(crossed, axis=1)
+        last_positive = tl.max(positive, axis=1)
     token = tl.where(first < _BIG_INDEX, first, last_positive)
     return tl.where(total > 0.0, token, -1)
 
@@ -1340,9 +1395,12 @@ def _draw_in_chunk(
 
 
 @triton.jit
-def _row_statistics(partials, offs_b64, rows, valid, splits, split_ok, inv_tau, NSPLIT, K):
+def _row_statistics(
+    partials, offs_b64, rows, valid, splits, split_ok, inv_tau, NSPLIT, K, MERGED: tl.constexpr
+):
     """Every row's partials at once, [BLOCK_B, R, NSPLIT_P2], into row statistics: (p_max,
-    p_sum, m, s, the first argmax, the request's logits status)."""
+    p_sum, m, s, the first argmax, the request's logits status). MERGED: in two reductions
+    of several operands (``_add_four``; one request a program only)."""
     part_max_ptr, part_sum_ptr, part_arg_ptr, part_flag_ptr = partials
     prow = offs_b64[:, None] * (K + 1) + rows[None, :]
     pidx = prow[:, :, None] * NSPLIT + splits[None, None, :]
@@ -1351,6 +1409,22 @@ def _row_statistics(partials, offs_b64, rows, valid, splits, split_ok, inv_tau, 
     p_sum = tl.load(part_sum_ptr + pidx, mask=pmask, other=0.0)
     p_arg = tl.load(part_arg_ptr + pidx, mask=pmask, other=_BIG_INDEX)
     p_flag = tl.load(part_flag_ptr + pidx, mask=pmask, other=0)
+    if MERGED:
+        r_max, nan_flags, inf_flags = tl.reduce(
+            (p_max, p_flag & _FLAG_NAN, p_flag & _FLAG_POSINF), 2, _max_max_max
+        )
+        live = p_max != float("-inf")
+        scale = tl.where(live, tl.exp((p_max - r_max[:, :, None]) * inv_tau[:, None, None]), 0.0)
+        r_sum, greedy = tl.reduce(
+            (
+                tl.where(live, p_sum * scale, 0.0),
+                tl.where(p_max == r_max[:, :, None], p_arg, _BIG_INDEX),
+            ),
+            2,
+            _add_min,
+        )
+        status = _status_of_rows(nan_flags != 0, inf_flags != 0, r_max, valid)
+        return p_max, p_sum, r_max, r_sum, greedy, status
     r_max, r_sum = _combine_max_sum(p_max, p_sum, inv_tau[:, None, None], 2)
     greedy = _first_argmax(p_max, p_arg, r_max, 2)
     status = _logits_status(p_flag, r_max, valid)
@@ -1391,6 +1465,16 @@ def _stop_row_slots(draft_row_slots, at_stop):
     has no q)."""
     s_id, s_cnt, s_logit = draft_row_slots
     sel = at_stop[:, :, None]
+    if sel.shape[0] == 1:  # one request a program: one reduction (see _add_four)
+        return tl.reduce(
+            (
+                tl.where(sel, s_id, 0),
+                tl.where(sel, s_cnt, 0),
+                tl.where(sel, s_logit, float("-inf")),
+            ),
+            1,
+            _add_add_max,
+        )
     return (
         tl.sum(tl.where(sel, s_id, 0), axis=1),
         tl.sum(tl.where(sel, s_cnt, 0), axis=1),
@@ -1452,13 +1536,17 @@ def _chain_stop(
     splits = tl.arange(0, NSPLIT_P2)
     split_ok = splits < NSPLIT
     den64 = tl.zeros([BLOCK_B, R], dtype=tl.float64) + denominator_f
+    # Reductions along one axis taken together (``_add_four``): one request a program, and
+    # not for dense q, whose B4 call they made 1.3-1.5% slower in two A/Bs (bench/NOTES.md,
+    # step 31).
+    MERGED: tl.constexpr = BLOCK_B == 1 and Q_MODE != _Q_DENSE
 
     # ---- 1. Without OVERLAP, every row's statistics from the partials first, as the
     # kernel read them before step 8 (bench/NOTES.md: in the other order sparse q's finish
     # compiles to a slower program, +9 µs at S = 1024). With OVERLAP, after step 2.
     if not OVERLAP:
         p_max, p_sum, r_max, r_sum, greedy, status = _row_statistics(
-            partials, offs_b64, rows, valid, splits, split_ok, inv_tau, NSPLIT, K
+            partials, offs_b64, rows, valid, splits, split_ok, inv_tau, NSPLIT, K, MERGED
         )
 
     # ---- 2. What the inputs alone decide (with OVERLAP read while phase 1 still runs, then
@@ -1501,7 +1589,7 @@ def _chain_stop(
     if OVERLAP:
         gdc_wait()  # the launches before (phase 1, and the rescan or counts) done, visible
         p_max, p_sum, r_max, r_sum, greedy, status = _row_statistics(
-            partials, offs_b64, rows, valid, splits, split_ok, inv_tau, NSPLIT, K
+            partials, offs_b64, rows, valid, splits, split_ok, inv_tau, NSPLIT, K, MERGED
         )
     if Q_MODE == _Q_SPARSE:
         if SUPPORT_TILE > 0:
@@ -1521,18 +1609,34 @@ def _chain_stop(
         accept_t1 = draft < _NO_TOKEN  # all False where it matters (in_range gates it)
     accept = in_range & tl.where(is_t1[:, None], accept_t1, draft == greedy)
     fail = drow & ~accept
-    stop_row = tl.min(tl.where(fail, rows[None, :], K), axis=1)
-    at_stop = rows[None, :] == stop_row[:, None]
-    bad_any = tl.max(bad.to(tl.int32), axis=1)
+    if MERGED:
+        stop_row, bad_any = tl.reduce(
+            (tl.where(fail, rows[None, :], K), bad.to(tl.int32)), 1, _min_max
+        )
+        at_stop = rows[None, :] == stop_row[:, None]
+        stop_draft, final, stop_max, stop_sum = tl.reduce(
+            (
+                tl.where(at_stop & drow, draft, 0),
+                tl.where(at_stop, greedy, 0),
+                tl.where(at_stop, r_max, 0.0),
+                tl.where(at_stop, r_sum, 0.0),
+            ),
+            1,
+            _add_four,
+        )
+    else:
+        stop_row = tl.min(tl.where(fail, rows[None, :], K), axis=1)
+        at_stop = rows[None, :] == stop_row[:, None]
+        bad_any = tl.max(bad.to(tl.int32), axis=1)
+        stop_draft = tl.sum(tl.where(at_stop & drow, draft, 0), axis=1)
+        stop_max = tl.sum(tl.where(at_stop, r_max, 0.0), axis=1)
+        stop_sum = tl.sum(tl.where(at_stop, r_sum, 0.0), axis=1)
+        final = tl.sum(tl.where(at_stop, greedy, 0), axis=1)
     status = tl.where((status == _STATUS_OK) & (bad_any != 0), _STATUS_BAD_DRAFT, status)
-    stop_draft = tl.sum(tl.where(at_stop & drow, draft, 0), axis=1)
     # The requests whose stop row is drawn (T1 and OK), and among them those whose stop row
     # rejected a draft, drawn from (p - q)+: both phase-2 kernels take these from here.
     need_sample = mask_b & is_t1 & (status == _STATUS_OK)
     resid = need_sample & (stop_row < K) & (stop_draft >= 0)
-    stop_max = tl.sum(tl.where(at_stop, r_max, 0.0), axis=1)
-    stop_sum = tl.sum(tl.where(at_stop, r_sum, 0.0), axis=1)
-    final = tl.sum(tl.where(at_stop, greedy, 0), axis=1)
     final = tl.where(is_t1, _NO_TOKEN, final)
     if BLOCK_B == 1:  # one request a program: see _unpinned
         status = _unpinned(status)

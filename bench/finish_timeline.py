@@ -1,0 +1,210 @@
+"""Where the finish launch's time goes after phase 1, inside each request's program: clock
+stamps at the steps of phase 2, on the device, with the launches overlapped as in a call.
+
+    python3 bench/finish_timeline.py [--cases "4 T1 sparse64" ...] [--calls N] [--out DIR]
+
+Nsight Compute's source view sampled a 12 µs finish of four programs 39 times (2026-12-04),
+too few to say which step the time is in, and it serialises the launches. This script
+instead copies this tree's pp3kernels to a temporary folder and inserts clock reads into
+the copy's chain.py (anchored on exact source lines; it stops if one is missing): each
+reads %clock64 (the multiprocessor's cycle counter) once a value of the step it closes is
+in a register of the reading thread (the read is predicated on that value, so the
+instruction cannot issue before it), and stores it to a stamp buffer, 16 slots a request.
+Stamps (finish kernel): 0 entry, 1 after the wait for phase 1, 2 the stop row known, 3 the
+chunk masses corrected (sparse q: the rescan test's value), 4 the chunk picked, 5 the token
+drawn. The copy compiles to a slightly different program (a register per stamp, stores),
+so its times are the instrumented program's; what it is for is the split between steps.
+
+Each case runs N eager calls (verify_chain, validate=False, selector_ab's inputs) after two
+warm-up calls, and prints per step the median over calls and requests of the cycles since
+the previous stamp, and the same in µs at the median SM clock the calls saw (cycles between
+stamps 0 and 5 against %globaltimer ns). Writes DIR/finish_timeline.json. GPU only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SLOTS = 16
+STEPS = ["entry", "wait done", "stop row", "masses corrected", "chunk picked", "token drawn"]
+
+HELPER = '''
+
+_STAMP_ADDR = tl.constexpr(int(__import__("os").environ.get("PP3_STAMP_ADDR", "0")))
+
+
+@triton.jit
+def _stamp(x, req, SLOT: tl.constexpr):
+    """bench/finish_timeline.py: %clock64 once ``x`` (an int32 [1] value) is ready, and
+    %globaltimer at slots 0 and 5, stored at [req, SLOT] (and [req, 8 + SLOT])."""
+    t = tl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.s32 p, $1, 2147483646; @p mov.u64 $0, %clock64; "
+        "@!p mov.u64 $0, 0; }",
+        "=l,r",
+        [x.to(tl.int32)],
+        dtype=tl.int64,
+        is_pure=False,
+        pack=1,
+    )
+    g = tl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.s32 p, $1, 2147483646; @p mov.u64 $0, %globaltimer; "
+        "@!p mov.u64 $0, 0; }",
+        "=l,r",
+        [x.to(tl.int32)],
+        dtype=tl.int64,
+        is_pure=False,
+        pack=1,
+    )
+    base = tl.full([1], _STAMP_ADDR, tl.int64).to(tl.pointer_type(tl.int64))
+    slot = base + req.to(tl.int64) * 16 + SLOT
+    tl.store(slot, t)
+    tl.store(slot + 8, g)
+'''
+
+# (anchor, line inserted before (False) or after (True) it, with the anchor's indentation);
+# each anchor must occur once in chain.py. Stamps 1 and 2 sit in _chain_stop, which only
+# the finish launch runs in the cases below (sparse q of more than 128 slots would also run
+# it in its support launch: not a case of this script).
+INSERTS = [
+    (
+        "    pid_b = tl.program_id(0)\n    logits = (logits_ptr, stride_lb, stride_lk, stride_lv)",
+        "_stamp(tl.zeros([1], tl.int32) + pid_b, tl.zeros([1], tl.int32) + pid_b, 0)",
+        True,
+    ),
+    (
+        "        gdc_wait()  # the launches before (phase 1, and the rescan or counts) done,"
+        " visible",
+        "_stamp(offs_b, offs_b, 1)",
+        True,
+    ),
+    ("    final = tl.where(is_t1, _NO_TOKEN, final)", "_stamp(stop_row, offs_b, 2)", True),
+    (
+        "        if Q_MODE == _Q_SPARSE:\n            mass = _rescan_chunks(",
+        "_stamp(tl.zeros([1], tl.int32) + tl.max(tl.max(rescan.to(tl.int32), axis=1), axis=0),"
+        " offs_b, 3)",
+        False,
+    ),
+    (
+        "        if BLOCK_B == 1:  # see _unpinned\n            pick = _unpinned(pick)",
+        "_stamp(pick, offs_b, 4)",
+        False,
+    ),
+    ("        final = tl.where(need_sample, chosen, final)", "_stamp(chosen, offs_b, 5)", True),
+]
+CASES = ["4 T1 point", "4 T1 sparse64", "1 T1 point", "1 T1 sparse64"]
+
+
+def instrumented_copy(dest: Path) -> Path:
+    """This tree's pp3kernels under dest/, its chain.py with the stamps inserted."""
+    pkg = dest / "pp3kernels"
+    shutil.copytree(ROOT / "kernels" / "pp3kernels", pkg)
+    path = pkg / "jit" / "chain.py"
+    text = path.read_text()
+    anchor = "from pp3kernels.jit.philox import acceptance_coin, sample_uniform\n"
+    if text.count(anchor) != 1:
+        raise SystemExit(f"anchor not found once in chain.py: {anchor!r}")
+    text = text.replace(anchor, anchor + HELPER)
+    for anchor, line, after in INSERTS:
+        if text.count(anchor) != 1:
+            raise SystemExit(f"anchor not found once in chain.py: {anchor!r}")
+        at = text.index(anchor)
+        indent = anchor[: len(anchor) - len(anchor.lstrip(" "))]
+        if after:
+            end = at + len(anchor)
+            text = text[:end] + "\n" + indent + line + text[end:]
+        else:
+            text = text[:at] + indent + line + "\n" + text[at:]
+    path.write_text(text)
+    return dest
+
+
+def worker(pkg_parent: str, case: str, calls: int, result_path: str) -> None:
+    """One case in this process, pp3kernels imported from the instrumented copy."""
+    import torch
+
+    stamps = torch.zeros(4096 * SLOTS, dtype=torch.int64, device="cuda")
+    os.environ["PP3_STAMP_ADDR"] = str(stamps.data_ptr())
+    sys.path.insert(0, pkg_parent)
+    sys.path.insert(1, str(ROOT / "bench"))
+    from selector_ab import make_inputs
+
+    import pp3kernels
+    from pp3kernels.selector import verify_chain
+
+    assert str(Path(pp3kernels.__file__).resolve()).startswith(str(Path(pkg_parent).resolve()))
+    batch, temps, q = case.split()
+    inputs = make_inputs(int(batch), temps, q, 0, 129_280, "cuda")
+    rows: list[list[int]] = []
+    for call in range(calls + 2):
+        stamps.zero_()
+        torch.cuda.synchronize()
+        verify_chain(**inputs, validate=False)
+        torch.cuda.synchronize()
+        if call < 2:
+            continue
+        got = stamps[: int(batch) * SLOTS].view(int(batch), SLOTS).tolist()
+        rows.extend(got)
+    Path(result_path).write_text(json.dumps({"case": case, "rows": rows}))
+
+
+def summarise(case: str, rows: list[list[int]]) -> dict[str, Any]:
+    """Median cycles per step (stamp k - stamp k-1 over every call and request where both
+    were written), and the clock (cycles / ns between stamps 0 and 5)."""
+    steps: dict[str, float] = {}
+    for k in range(1, len(STEPS)):
+        gaps = [r[k] - r[k - 1] for r in rows if r[k] > 0 and r[k - 1] > 0]
+        steps[STEPS[k]] = statistics.median(gaps) if gaps else float("nan")
+    ghz = [
+        (r[5] - r[0]) / (r[8 + 5] - r[8 + 0])
+        for r in rows
+        if r[5] > 0 and r[0] > 0 and r[8 + 5] > r[8 + 0]
+    ]
+    clock = statistics.median(ghz) if ghz else float("nan")
+    return {
+        "case": case,
+        "samples": len(rows),
+        "cycles": steps,
+        "ghz": clock,
+        "us": {name: cycles / clock / 1000 for name, cycles in steps.items()},
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cases", nargs="+", default=CASES)
+    parser.add_argument("--calls", type=int, default=50)
+    parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker[0], args.worker[1], args.calls, args.worker[2])
+        return 0
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        instrumented_copy(Path(tmp))
+        for case in args.cases:
+            result_path = str(Path(tmp) / "case.json")
+            cmd = [sys.executable, __file__, "--calls", str(args.calls)]
+            subprocess.run([*cmd, "--worker", tmp, case, result_path], check=True)
+            got = json.loads(Path(result_path).read_text())
+            results.append(summarise(case, got["rows"]))
+    Path(args.out, "finish_timeline.json").write_text(json.dumps(results, indent=1))
+    print(f"{'case':16s} " + " ".join(f"{name[:12]:>12s}" for name in STEPS[1:]) + "   GHz")
+    for r in results:
+        cells = " ".join(f"{r['us'][name]:12.3f}" for name in STEPS[1:])
+        print(f"{r['case']:16s} {cells} {r['ghz']:5.2f}   (µs; {r['samples']} programs)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
