@@ -38,38 +38,42 @@ ROOT = Path(__file__).resolve().parent.parent
 SLOTS = 16
 STEPS = ["entry", "wait done", "stop row", "masses corrected", "chunk picked", "token drawn"]
 
-HELPER = '''
+# A special register's value read once ``x`` (an int32 [1] value) is in a register: the read
+# is predicated on x, so the instruction cannot issue before it.
+READ = """
+
+@triton.jit
+def _read_{reg}(x):
+    return tl.inline_asm_elementwise(
+        "{{ .reg .pred p; setp.ne.s32 p, $1, 2147483646; @p mov.u64 $0, %{reg}; "
+        "@!p mov.u64 $0, 0; }}",
+        "=l,r",
+        [x.to(tl.int32)],
+        dtype=tl.int64,
+        is_pure=False,
+        pack=1,
+    )
+"""
+
+HELPER = (
+    """
 
 _STAMP_ADDR = tl.constexpr(int(__import__("os").environ.get("PP3_STAMP_ADDR", "0")))
-
+"""
+    + READ.format(reg="clock64")
+    + READ.format(reg="globaltimer")
+    + """
 
 @triton.jit
 def _stamp(x, req, SLOT: tl.constexpr):
-    """bench/finish_timeline.py: %clock64 once ``x`` (an int32 [1] value) is ready, and
-    %globaltimer at slots 0 and 5, stored at [req, SLOT] (and [req, 8 + SLOT])."""
-    t = tl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.ne.s32 p, $1, 2147483646; @p mov.u64 $0, %clock64; "
-        "@!p mov.u64 $0, 0; }",
-        "=l,r",
-        [x.to(tl.int32)],
-        dtype=tl.int64,
-        is_pure=False,
-        pack=1,
-    )
-    g = tl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.ne.s32 p, $1, 2147483646; @p mov.u64 $0, %globaltimer; "
-        "@!p mov.u64 $0, 0; }",
-        "=l,r",
-        [x.to(tl.int32)],
-        dtype=tl.int64,
-        is_pure=False,
-        pack=1,
-    )
+    \"\"\"bench/finish_timeline.py: %clock64 and %globaltimer once ``x`` is ready, stored at
+    [req, SLOT] and [req, 8 + SLOT] of the stamp buffer.\"\"\"
     base = tl.full([1], _STAMP_ADDR, tl.int64).to(tl.pointer_type(tl.int64))
     slot = base + req.to(tl.int64) * 16 + SLOT
-    tl.store(slot, t)
-    tl.store(slot + 8, g)
-'''
+    tl.store(slot, _read_clock64(x))
+    tl.store(slot + 8, _read_globaltimer(x))
+"""
+)
 
 # (anchor, line inserted before (False) or after (True) it, with the anchor's indentation);
 # each anchor must occur once in chain.py. Stamps 1 and 2 sit in _chain_stop, which only
