@@ -32,7 +32,8 @@ for case in "${cases[@]}"; do
   set -- $case
   name="b$1_$2_$3"
   echo "== $name"
-  # 6 calls, 2 launches each (3 for dense q): skip the first 4 calls' launches.
+  # 2 launches a call (3 for dense q): skip the first 4 calls' launches, then profile
+  # NCU_LAUNCHES of the calls after them.
   timeout 240 "$ncu" --clock-control none --target-processes all \
     -k regex:'chain_(stats|finish)_kernel' --launch-skip 8 --launch-count "${NCU_LAUNCHES:-2}" \
     "${sampling[@]}" --set full --import-source yes -f -o "$work/$name" \
