@@ -108,17 +108,23 @@ INSERTS = [
 CASES = ["4 T1 point", "4 T1 sparse64", "1 T1 point", "1 T1 sparse64"]
 
 
-def instrumented_copy(dest: Path) -> Path:
-    """This tree's pp3kernels under dest/, its chain.py with the stamps inserted."""
+def instrumented_copy(
+    dest: Path,
+    helper: str = HELPER,
+    inserts: list[tuple[str, str, bool]] = INSERTS,
+    source: Path = ROOT / "kernels" / "pp3kernels",
+) -> Path:
+    """The pp3kernels at ``source`` (this tree's by default) under dest/, its chain.py with
+    ``helper`` after its imports and each of ``inserts`` (anchor, line, after) in place."""
     pkg = dest / "pp3kernels"
-    shutil.copytree(ROOT / "kernels" / "pp3kernels", pkg)
+    shutil.copytree(source, pkg)
     path = pkg / "jit" / "chain.py"
     text = path.read_text()
     anchor = "from pp3kernels.jit.philox import acceptance_coin, sample_uniform\n"
     if text.count(anchor) != 1:
         raise SystemExit(f"anchor not found once in chain.py: {anchor!r}")
-    text = text.replace(anchor, anchor + HELPER)
-    for anchor, line, after in INSERTS:
+    text = text.replace(anchor, anchor + helper)
+    for anchor, line, after in inserts:
         if text.count(anchor) != 1:
             raise SystemExit(f"anchor not found once in chain.py: {anchor!r}")
         at = text.index(anchor)

@@ -24,10 +24,19 @@ ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -
 # with 39 samples on 2026-12-04: 0 samples every 32 cycles) override the defaults;
 # NCU_CACHE=none keeps the caches between replays (ncu flushes them by default, so that
 # the finish reads the partials phase 1 has just written from HBM, not L2).
+# NCU_SECTIONS (e.g. "LaunchStats Occupancy": seconds instead of minutes) replaces the full
+# set and the source pages; NCU_PKG (a folder holding a pp3kernels/, e.g. a .cand/ copy)
+# profiles that package instead of this tree's.
 IFS=';' read -ra cases <<<"${NCU_CASES:-1 T1 point;1 T0 point;4 T1 point;4 T1 sparse64}"
 sampling=()
 [ -n "${NCU_SAMPLING:-}" ] && sampling=(--warp-sampling-interval "$NCU_SAMPLING")
 [ -n "${NCU_CACHE:-}" ] && sampling+=(--cache-control "$NCU_CACHE")
+what=(--set full --import-source yes)
+if [ -n "${NCU_SECTIONS:-}" ]; then
+  what=()
+  for section in $NCU_SECTIONS; do what+=(--section "$section"); done
+fi
+[ -n "${NCU_PKG:-}" ] && export PYTHONPATH="$(realpath "$NCU_PKG")${PYTHONPATH:+:$PYTHONPATH}"
 for case in "${cases[@]}"; do
   set -- $case
   name="b$1_$2_$3"
@@ -36,19 +45,20 @@ for case in "${cases[@]}"; do
   # NCU_LAUNCHES of the calls after them.
   timeout 240 "$ncu" --clock-control none --target-processes all \
     -k regex:'chain_(stats|finish)_kernel' --launch-skip 8 --launch-count "${NCU_LAUNCHES:-2}" \
-    "${sampling[@]}" --set full --import-source yes -f -o "$work/$name" \
+    "${sampling[@]}" "${what[@]}" -f -o "$work/$name" \
     python3 bench/profile_call.py --batch "$1" --temps "$2" --q "$3" --calls "$(( 4 + ${NCU_LAUNCHES:-2} / 2 ))" \
     >"$work/$name.log" 2>&1
   echo "ncu exit $?"; tail -3 "$work/$name.log"
   [ -f "$work/$name.ncu-rep" ] || continue
   "$ncu" -i "$work/$name.ncu-rep" --page details --csv >"$work/$name.details.csv" 2>&1
   for kernel in chain_stats_kernel chain_finish_kernel; do
+    [ -n "${NCU_SECTIONS:-}" ] && break
     "$ncu" -i "$work/$name.ncu-rep" -k "$kernel" --page source --csv --print-source sass \
       >"$work/$name.$kernel.sass.csv" 2>&1
     "$ncu" -i "$work/$name.ncu-rep" -k "$kernel" --page source --csv \
       --print-source cuda,sass >"$work/$name.$kernel.source.csv" 2>&1
   done
-  grep -E '"(Duration|Registers Per Thread|Achieved Occupancy|Warp Cycles Per Issued Instruction)"' \
+  grep -E '"(Duration|Registers Per Thread|Achieved Occupancy|Warp Cycles Per Issued Instruction|Shared Memory Configuration Size)"' \
     "$work/$name.details.csv" | cut -d, -f5-6,12-15 | head -12
 done
 tar -czf /tmp/ncu.tgz -C "$work" --exclude="*.ncu-rep" . && split -b 15m -d /tmp/ncu.tgz "$out/ncu.tgz.part"
