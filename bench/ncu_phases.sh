@@ -25,8 +25,8 @@ ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -
 # NCU_CACHE=none keeps the caches between replays (ncu flushes them by default, so that
 # the finish reads the partials phase 1 has just written from HBM, not L2).
 # NCU_SECTIONS (e.g. "LaunchStats Occupancy": seconds instead of minutes) replaces the full
-# set and the source pages; NCU_PKG (a folder holding a pp3kernels/, e.g. a .cand/ copy)
-# profiles that package instead of this tree's.
+# set and the source pages; NCU_PKG (folders holding a pp3kernels/, e.g. .cand/ copies,
+# separated by spaces) profiles each of those packages in turn instead of this tree's.
 IFS=';' read -ra cases <<<"${NCU_CASES:-1 T1 point;1 T0 point;4 T1 point;4 T1 sparse64}"
 sampling=()
 [ -n "${NCU_SAMPLING:-}" ] && sampling=(--warp-sampling-interval "$NCU_SAMPLING")
@@ -36,10 +36,15 @@ if [ -n "${NCU_SECTIONS:-}" ]; then
   what=()
   for section in $NCU_SECTIONS; do what+=(--section "$section"); done
 fi
-[ -n "${NCU_PKG:-}" ] && export PYTHONPATH="$(realpath "$NCU_PKG")${PYTHONPATH:+:$PYTHONPATH}"
+site=${PYTHONPATH:-}
+for pkg in ${NCU_PKG:-.}; do
 for case in "${cases[@]}"; do
   set -- $case
   name="b$1_$2_$3"
+  if [ "$pkg" != . ]; then
+    name="$(basename "$pkg")_$name"
+    export PYTHONPATH="$(realpath "$pkg")${site:+:$site}"
+  fi
   echo "== $name"
   # 2 launches a call (3 for dense q): skip the first 4 calls' launches, then profile
   # NCU_LAUNCHES of the calls after them.
@@ -60,6 +65,7 @@ for case in "${cases[@]}"; do
   done
   grep -E '"(Duration|Registers Per Thread|Achieved Occupancy|Warp Cycles Per Issued Instruction|Shared Memory Configuration Size)"' \
     "$work/$name.details.csv" | cut -d, -f5-6,12-15 | head -12
+done
 done
 tar -czf /tmp/ncu.tgz -C "$work" --exclude="*.ncu-rep" . && split -b 15m -d /tmp/ncu.tgz "$out/ncu.tgz.part"
 ls -la "$out"/ncu.tgz.part*

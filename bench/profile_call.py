@@ -15,6 +15,7 @@ import argparse
 import torch
 from selector_ab import make_inputs  # bench/ is the script's own folder
 
+import pp3kernels
 from pp3kernels.selector import verify_chain
 
 
@@ -33,6 +34,7 @@ def main() -> int:
     if not args.cpu:
         torch.cuda.synchronize()
     print(f"B{args.batch} {args.temps} {args.q}: accepted {result.accepted.tolist()[:8]}")
+    print(f"pp3kernels from {pp3kernels.__file__}")  # ncu_phases.sh's NCU_PKG took effect?
     return 0
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the twenty-eighth session's A/B candidates (bench/NOTES.md) as .cand/<name>/pp3kernels,
 # and .base/pp3kernels as this commit's kernels (step 31), from the repository root:
-#   p100  step 33: every launch of a split-vocabulary call asks for a 100% carveout
+#   p100  step 33: every launch of a split-vocabulary call asks for a 100% carveout (and the
+#         merged row statistics' terms from _combine_max_sum's and _first_argmax's helpers)
 #   p7    step 33 at 7% (16 KB, the finish's own split at B4; phase 1 moves to it)
 #   e100  step 33 + the chunk masses' merged reduction for every q (the point finish at 2 KB
 #         shared memory: the bisection's variant e, which lost 2.8 µs at B4 without it)
@@ -15,6 +16,8 @@ rm -rf .base/pp3kernels .cand/p100 .cand/p7 .cand/e100 .cand/s32
 mkdir -p .base .cand/p100
 cp -r "$tmp/kernels/pp3kernels" .base/
 (cd "$tmp" && patch -s -p1 <"$OLDPWD/$here/v5-step33-carveout.patch")
+# the same SASS as step 31 in every kernel the default plans launch (NOTES): in every candidate
+(cd "$tmp" && patch -s -p1 <"$OLDPWD/$here/v5-step33-twins.patch")
 cp -r "$tmp/kernels/pp3kernels" .cand/p100/
 for name in p7 e100 s32; do cp -r .cand/p100 ".cand/$name"; done
 sed -i 's/^_CARVEOUT = 100$/_CARVEOUT = 7/' .cand/p7/pp3kernels/selector.py
