@@ -40,28 +40,34 @@ STEPS = ["entry", "wait done", "stop row", "masses corrected", "chunk picked", "
 
 # A special register's value read once ``x`` (an int32 [1] value) is in a register: the read
 # is predicated on x, so the instruction cannot issue before it.
-READ = """
+_READ = """
 
 @triton.jit
 def _read_{reg}(x):
     return tl.inline_asm_elementwise(
-        "{{ .reg .pred p; setp.ne.s32 p, $1, 2147483646; @p mov.u64 $0, %{reg}; "
-        "@!p mov.u64 $0, 0; }}",
-        "=l,r",
+        "{{ .reg .pred p; setp.ne.s32 p, $1, 2147483646; @p mov.u{bits} $0, %{reg}; "
+        "@!p mov.u{bits} $0, 0; }}",
+        "={constraint},r",
         [x.to(tl.int32)],
-        dtype=tl.int64,
+        dtype=tl.int{bits},
         is_pure=False,
         pack=1,
     )
 """
+
+
+def read_register(reg: str, bits: int = 64) -> str:
+    """Source of ``_read_<reg>(x)``: the special register ``reg`` (a u64 or u32 one)."""
+    return _READ.format(reg=reg, bits=bits, constraint="l" if bits == 64 else "r")
+
 
 HELPER = (
     """
 
 _STAMP_ADDR = tl.constexpr(int(__import__("os").environ.get("PP3_STAMP_ADDR", "0")))
 """
-    + READ.format(reg="clock64")
-    + READ.format(reg="globaltimer")
+    + read_register("clock64")
+    + read_register("globaltimer")
     + """
 
 @triton.jit
@@ -189,25 +195,40 @@ def summarise(case: str, rows: list[list[int]]) -> dict[str, Any]:
     }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--cases", nargs="+", default=CASES)
-    parser.add_argument("--calls", type=int, default=50)
+def stamp_parser(doc: str, cases: list[str], count: str, default: int) -> argparse.ArgumentParser:
+    """The command line of a stamping script: --cases, ``count`` (calls or replays a case),
+    --out, and the hidden --worker PACKAGE_PARENT CASE RESULT of one case's process."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    parser.add_argument("--cases", nargs="+", default=cases)
+    parser.add_argument(f"--{count}", type=int, default=default)
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser
+
+
+def run_workers(
+    script: str, count: str, value: int, pkg_parent: str, cases: list[str]
+) -> list[Any]:
+    """Each case in a process of its own (``script --COUNT value --worker pkg_parent case
+    result``, which imports the instrumented copy under pkg_parent); their results' JSON."""
+    results = []
+    for case in cases:
+        result_path = str(Path(pkg_parent) / "case.json")
+        cmd = [sys.executable, script, f"--{count}", str(value), "--worker", pkg_parent, case]
+        subprocess.run([*cmd, result_path], check=True)
+        results.append(json.loads(Path(result_path).read_text()))
+    return results
+
+
+def main() -> int:
+    args = stamp_parser(__doc__, CASES, "calls", 50).parse_args()
     if args.worker:
         worker(args.worker[0], args.worker[1], args.calls, args.worker[2])
         return 0
-    results = []
     with tempfile.TemporaryDirectory() as tmp:
         instrumented_copy(Path(tmp))
-        for case in args.cases:
-            result_path = str(Path(tmp) / "case.json")
-            cmd = [sys.executable, __file__, "--calls", str(args.calls)]
-            subprocess.run([*cmd, "--worker", tmp, case, result_path], check=True)
-            got = json.loads(Path(result_path).read_text())
-            results.append(summarise(case, got["rows"]))
+        got = run_workers(__file__, "calls", args.calls, tmp, args.cases)
+    results = [summarise(g["case"], g["rows"]) for g in got]
     Path(args.out, "finish_timeline.json").write_text(json.dumps(results, indent=1))
     print(f"{'case':16s} " + " ".join(f"{name[:12]:>12s}" for name in STEPS[1:]) + "   GHz")
     for r in results:

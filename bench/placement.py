@@ -27,18 +27,16 @@ GPU only.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from finish_timeline import READ, instrumented_copy
+from finish_timeline import instrumented_copy, read_register, run_workers, stamp_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 SLOTS = 4  # per program: SM, then up to three times
@@ -52,21 +50,9 @@ HELPER = (
 
 _STAMP_ADDR = tl.constexpr(int(__import__("os").environ.get("PP3_STAMP_ADDR", "0")))
 """
-    + READ.format(reg="globaltimer")
+    + read_register("globaltimer")
+    + read_register("smid", 32)
     + """
-
-@triton.jit
-def _read_smid(x):
-    return tl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.ne.s32 p, $1, 2147483646; @p mov.u32 $0, %smid; "
-        "@!p mov.u32 $0, 0; }",
-        "=r,r",
-        [x.to(tl.int32)],
-        dtype=tl.int32,
-        is_pure=False,
-        pack=1,
-    )
-
 
 @triton.jit
 def _place(x, program, SLOT: tl.constexpr, REGION: tl.constexpr):
@@ -186,12 +172,8 @@ def summarise(case: str, package: str, got: list[dict[str, Any]]) -> dict[str, A
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = stamp_parser(__doc__, CASES, "replays", 30)
     parser.add_argument("--pkg", nargs="+", default=[str(ROOT / "kernels")])
-    parser.add_argument("--cases", nargs="+", default=CASES)
-    parser.add_argument("--replays", type=int, default=30)
-    parser.add_argument("--out", default=os.environ.get("OUT", "."))
-    parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args.worker[0], args.worker[1], args.replays, args.worker[2])
@@ -200,12 +182,8 @@ def main() -> int:
     for pkg in args.pkg:
         with tempfile.TemporaryDirectory() as tmp:
             instrumented_copy(Path(tmp), HELPER, INSERTS, Path(pkg) / "pp3kernels")
-            for case in args.cases:
-                result_path = str(Path(tmp) / "case.json")
-                cmd = [sys.executable, __file__, "--replays", str(args.replays)]
-                subprocess.run([*cmd, "--worker", tmp, case, result_path], check=True)
-                got = json.loads(Path(result_path).read_text())
-                results.append(summarise(case, pkg, got["got"]))
+            got = run_workers(__file__, "replays", args.replays, tmp, args.cases)
+        results += [summarise(g["case"], pkg, g["got"]) for g in got]
     Path(args.out, "placement.json").write_text(json.dumps(results, indent=1))
     names = ["finish entry", "phase 1 last exit", "finish wait done", "finish token"]
     print(f"{'package':14s} {'case':16s} " + " ".join(f"{n[:17]:>17s}" for n in names))
