@@ -44,6 +44,8 @@ MAX_PROGRAMS = 16384  # phase-1 programs a call may have (B64 at V = 129280: 153
 FINISH = SLOTS * MAX_PROGRAMS  # the finish programs' stamps start here
 MAX_REQUESTS = 4096
 GRAPH_CALLS = 10
+# what a case reports, µs after the replay's first phase-1 entry
+TIMES = ["finish entry", "phase 1 last exit", "finish wait done", "finish token"]
 
 HELPER = (
     """
@@ -59,7 +61,9 @@ def _place(x, program, SLOT: tl.constexpr, REGION: tl.constexpr):
     \"\"\"bench/placement.py: %globaltimer once ``x`` is ready at [program, SLOT] of the
     stamp buffer's REGION, and at SLOT 1 (entry) the SM at [program, 0].\"\"\"
     base = tl.full([1], _STAMP_ADDR, tl.int64).to(tl.pointer_type(tl.int64)) + REGION
-    slot = base + program.to(tl.int64) * 4
+    slot = base + program.to(tl.int64) * """
+    + str(SLOTS)
+    + """
     tl.store(slot + SLOT, _read_globaltimer(x))
     if SLOT == 1:
         tl.store(slot, _read_smid(x).to(tl.int64))
@@ -108,7 +112,7 @@ def worker(pkg_parent: str, case: str, replays: int, result_path: str) -> None:
     sys.path.insert(0, pkg_parent)
     sys.path.insert(1, str(ROOT / "bench"))
     sys.path.insert(2, str(ROOT))
-    from selector_ab import make_inputs
+    from selector_ab import make_inputs, support_of
 
     import pp3kernels
     from pp3cli.timing.measure import cuda_graph_capture
@@ -118,10 +122,10 @@ def worker(pkg_parent: str, case: str, replays: int, result_path: str) -> None:
     batch, temps, q = case.split()
     b = int(batch)
     inputs = [make_inputs(b, temps, q, i, 129_280, "cuda") for i in range(GRAPH_CALLS)]
-    support = inputs[0]["q_ids"].shape[-1] if inputs[0].get("q_ids") is not None else 1
+    support = support_of(q) if q.startswith("sparse") else 1
     plan = plan_launch(b, 6, 129_280, interpreter=False, support=support, dense=q == "dense")
-    rows = plan.flat_rows or plan.block_b * 8
-    programs = -(-b * 6 // rows) * plan.nsplit if plan.flat_rows else b * plan.nsplit
+    blocks = -(-b * 6 // plan.flat_rows) if plan.flat_rows else -(-b // plan.block_b)
+    programs = blocks * plan.nsplit
     if programs > MAX_PROGRAMS or b > MAX_REQUESTS:
         raise SystemExit(f"{case}: {programs} phase-1 programs, more than the stamp buffer holds")
     replay, _ = cuda_graph_capture(
@@ -142,8 +146,7 @@ def worker(pkg_parent: str, case: str, replays: int, result_path: str) -> None:
 
 def summarise(case: str, package: str, got: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians over replays of each replay's times (µs after its first phase-1 entry)."""
-    keys = ["finish entry", "phase 1 last exit", "finish wait done", "finish token"]
-    per: dict[str, list[float]] = {k: [] for k in keys}
+    per: dict[str, list[float]] = {k: [] for k in TIMES}
     shared: list[float] = []
     for replay in got:
         stats = [s for s in replay["stats"] if s[1] > 0 and s[2] > 0]
@@ -167,7 +170,7 @@ def summarise(case: str, package: str, got: list[dict[str, Any]]) -> dict[str, A
         "replays": len(got),
         "us": {k: statistics.median(v) if v else float("nan") for k, v in per.items()},
         "finish beside phase 1": statistics.median(shared) if shared else float("nan"),
-        "phase-1 SMs": len({s[0] for s in got[-1]["stats"]}) if got else 0,
+        "phase-1 SMs": len({s[0] for s in got[-1]["stats"] if s[1] > 0}) if got else 0,
     }
 
 
@@ -185,10 +188,9 @@ def main() -> int:
             got = run_workers(__file__, "replays", args.replays, tmp, args.cases)
         results += [summarise(g["case"], pkg, g["got"]) for g in got]
     Path(args.out, "placement.json").write_text(json.dumps(results, indent=1))
-    names = ["finish entry", "phase 1 last exit", "finish wait done", "finish token"]
-    print(f"{'package':14s} {'case':16s} " + " ".join(f"{n[:17]:>17s}" for n in names))
+    print(f"{'package':14s} {'case':16s} " + " ".join(f"{n[:17]:>17s}" for n in TIMES))
     for r in results:
-        cells = " ".join(f"{r['us'][n]:17.2f}" for n in names)
+        cells = " ".join(f"{r['us'][n]:17.2f}" for n in TIMES)
         print(
             f"{Path(r['package']).name:14s} {r['case']:16s} {cells}"
             f"   beside {r['finish beside phase 1']:.2f}, {r['phase-1 SMs']} SMs (µs)"
