@@ -24,7 +24,7 @@ become shared-memory round trips with block barriers). Each --pkg (a folder hold
 a `pp3kernels/` that has `selector.launch_constants`, i.e. from v5 step 8 on) is compiled in
 its own subprocess; the default
 is this tree's kernels/. Cases: phase 1 and phase 2 of point drafts at B4, B16, B64 and B256, sparse
-S = 64, 1024 and 4096 at B4 and S = 1024 and 4096 at B64 (with step 25's counts and
+S = 64, 1024 and 4096 at B4 and S = 64, 1024 and 4096 at B64 (with step 25's counts and
 support launches where the plan splits the support), dense q at B4, V = 129280, K = 5.
 A static view only: it says where registers spill, not how long anything takes (that is
 `pp3 probe` on the device).
@@ -54,6 +54,7 @@ CASES = [
     ("B4 sparse64", 4, "sparse", 64),
     ("B4 sparse1024", 4, "sparse", 1024),
     ("B4 sparse4096", 4, "sparse", 4096),
+    ("B64 sparse64", 64, "sparse", 64),
     ("B64 sparse1024", 64, "sparse", 1024),
     ("B64 sparse4096", 64, "sparse", 4096),
     ("B4 dense", 4, "dense", 1),

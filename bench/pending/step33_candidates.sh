@@ -7,12 +7,14 @@
 #   e100  step 33 + the chunk masses' merged reduction for every q (the point finish at 2 KB
 #         shared memory: the bisection's variant e, which lost 2.8 µs at B4 without it)
 #   s32   step 33 + step 32 (the chunk masses' and membership's merges, sparse q only)
+#   sel   step 33 + step 34 (the prefetched stop row taken by selects, its membership sums
+#         slots minor: the S = 64 finish only, 74 -> 50 block barriers at B4)
 # then, on the device: bash bench/device_session.sh ab --rounds 2 --new .cand/p100 ...
 set -euo pipefail
 here=bench/pending
 tmp=$(mktemp -d)
 git archive HEAD kernels/pp3kernels tests docs | tar -x -C "$tmp"
-rm -rf .base/pp3kernels .cand/p100 .cand/p7 .cand/e100 .cand/s32
+rm -rf .base/pp3kernels .cand/p100 .cand/p7 .cand/e100 .cand/s32 .cand/sel
 mkdir -p .base .cand/p100
 cp -r "$tmp/kernels/pp3kernels" .base/
 (cd "$tmp" && patch -s -p1 <"$OLDPWD/$here/v5-step33-carveout.patch")
@@ -20,6 +22,8 @@ cp -r "$tmp/kernels/pp3kernels" .base/
 (cd "$tmp" && patch -s -p1 <"$OLDPWD/$here/v5-step33-twins.patch")
 cp -r "$tmp/kernels/pp3kernels" .cand/p100/
 for name in p7 e100 s32; do cp -r .cand/p100 ".cand/$name"; done
+(cd "$tmp" && patch -s -p1 <"$OLDPWD/$here/v5-step34-stop-row-selects.patch")
+mkdir -p .cand/sel && cp -r "$tmp/kernels/pp3kernels" .cand/sel/
 sed -i 's/^_CARVEOUT = 100$/_CARVEOUT = 7/' .cand/p7/pp3kernels/selector.py
 grep -q '^_CARVEOUT = 7$' .cand/p7/pp3kernels/selector.py
 for name in e100 s32; do
