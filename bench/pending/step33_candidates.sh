@@ -8,7 +8,8 @@
 #         shared memory: the bisection's variant e, which lost 2.8 µs at B4 without it)
 #   s32   step 33 + step 32 (the chunk masses' and membership's merges, sparse q only)
 #   sel   step 33 + step 34 (the prefetched stop row taken by selects, its membership sums
-#         slots minor: the S = 64 finish only, 74 -> 50 block barriers at B4)
+#         slots minor, the scatter without its lane count: the S = 64 finish only, 74 -> 47
+#         block barriers at B4)
 # then, on the device: bash bench/device_session.sh ab --rounds 2 --new .cand/p100 ...
 set -euo pipefail
 here=bench/pending
