@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds the twenty-eighth session's A/B candidates (bench/NOTES.md) as .cand/<name>/pp3kernels,
+# Builds the twenty-eighth and twenty-ninth sessions' A/B candidates (bench/NOTES.md) as .cand/<name>/pp3kernels,
 # and .base/pp3kernels as this commit's kernels (step 31), from the repository root:
 #   p100  step 33: every launch of a split-vocabulary call asks for a 100% carveout (and the
-#         merged row statistics' terms from _combine_max_sum's and _first_argmax's helpers)
+#         merged row statistics' terms from _combine_max_sum's and _first_argmax's helpers,
+#         and the unpin blocks as _unpinned_each: the twins patch)
 #   p7    step 33 at 7% (16 KB, the finish's own split at B4; phase 1 moves to it)
 #   e100  step 33 + the chunk masses' merged reduction for every q (the point finish at 2 KB
 #         shared memory: the bisection's variant e, which lost 2.8 µs at B4 without it)
