@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the twenty-eighth and twenty-ninth sessions' A/B candidates (bench/NOTES.md) as .cand/<name>/pp3kernels,
-# and .base/pp3kernels as this commit's kernels (step 31), from the repository root:
+# Builds the twenty-eighth and twenty-ninth sessions' A/B candidates (bench/NOTES.md) as
+# .cand/<name>/pp3kernels, and .base/pp3kernels as this commit's kernels (step 31), from the
+# repository root:
 #   p100  step 33: every launch of a split-vocabulary call asks for a 100% carveout (and the
 #         merged row statistics' terms from _combine_max_sum's and _first_argmax's helpers,
 #         and the unpin blocks as _unpinned_each: the twins patch)
