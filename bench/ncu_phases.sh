@@ -41,6 +41,7 @@ for pkg in ${NCU_PKG:-.}; do
 for case in "${cases[@]}"; do
   set -- $case
   name="b$1_$2_$3"
+  export PYTHONPATH="$site"  # this tree's pp3kernels, unless NCU_PKG names another
   if [ "$pkg" != . ]; then
     name="$(basename "$pkg")_$name"
     export PYTHONPATH="$(realpath "$pkg")${site:+:$site}"
