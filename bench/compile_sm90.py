@@ -13,6 +13,9 @@ the bundled ptxas for its resource report on the PTX; cuobjdump counts the cubin
 instructions, block barriers (BAR.SYNC) and cp.async loads (LDGSTS). --finish-warps and
 --stages override those plan fields (stages needs a package that has the field);
 --overlap 0 compiles the launches without programmatic dependent launch's waits and triggers;
+--finish-maxnreg N caps the finish launch's registers (Triton's maxnreg option, ptx .maxnreg;
+spills show what the cap costs) where the plan has no cap of its own or another
+(LaunchPlan.finish_maxnreg, pending step 35, is compiled as the launch passes it);
 --tma 0 compiles phase 1 without a TMA descriptor where the plan asks for one (a package
 from step 12 on: phase 1's whole chunks as TMA boxes; the descriptor's type is what a
 contiguous bf16 call passes);
@@ -156,13 +159,17 @@ def _compile(
     constexprs: dict[str, Any],
     attrs: dict[tuple[int, ...], list[list[Any]]],
     warps: int,
+    maxnreg: int | None = None,
 ) -> Any:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    options: dict[str, Any] = {"num_warps": warps}
+    if maxnreg is not None:  # ptx .maxnreg: ptxas holds the kernel to this many registers
+        options["maxnreg"] = maxnreg
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
 
 
 def _int_values(batch: int, q: str, support: int, nsplit: int) -> dict[str, int]:
@@ -230,7 +237,10 @@ def _specialise(
 
 
 def worker(
-    only: list[str] | None, overrides: dict[str, int | bool], barrier_lines: bool
+    only: list[str] | None,
+    overrides: dict[str, int | bool],
+    barrier_lines: bool,
+    finish_maxnreg: int | None = None,
 ) -> list[dict[str, Any]]:
     """Compile every case's launches (the plan's fields replaced by ``overrides``)."""
     from dataclasses import replace
@@ -296,7 +306,10 @@ def worker(
                 kernel, constexprs, pointer_types, values, desc if phase == "stats" else None
             )
             try:
-                compiled = _compile(kernel, signature, constants, attrs, warps)
+                # the plan's own cap (LaunchPlan.finish_maxnreg, step 35) unless overridden
+                planned = int(getattr(plan, "finish_maxnreg", 0)) or None
+                cap = (finish_maxnreg or planned) if phase == "finish" else None
+                compiled = _compile(kernel, signature, constants, attrs, warps, cap)
                 report: dict[str, Any] = _ptxas_report(compiled.asm["ptx"], "sm_90a")
                 report["shared"] = int(compiled.metadata.shared)
                 report.update(_sass_report(compiled.asm["cubin"], barrier_lines))
@@ -324,6 +337,9 @@ def main() -> int:
     parser.add_argument("--ticket", type=int, choices=(0, 1), help="LaunchPlan.ticket (step 28)")
     parser.add_argument("--support-warps", type=int, help="LaunchPlan.support_warps")
     parser.add_argument("--barrier-lines", action="store_true", help="barriers by chain.py line")
+    parser.add_argument(
+        "--finish-maxnreg", type=int, help="cap the finish launch's registers (ptx .maxnreg)"
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     overrides = {
@@ -339,7 +355,7 @@ def main() -> int:
         if value is not None
     }
     if args.worker:
-        print(json.dumps(worker(args.only, overrides, args.barrier_lines)))
+        print(json.dumps(worker(args.only, overrides, args.barrier_lines, args.finish_maxnreg)))
         return 0
     results = {}
     for pkg in [str(ROOT / "kernels"), *args.pkg]:
