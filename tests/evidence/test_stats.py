@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 import pytest
-from scipy.stats import binom
+from scipy.stats import binom, chi2, chi2_contingency, ncx2, power_divergence
 
 from pp3cli.evidence.exact import marginal_laws
 from pp3cli.evidence.family import member_laws
 from pp3cli.evidence.stats import (
+    FamilyVerdict,
     MemberResult,
+    detectable_tv,
     g_test,
     g_test_homogeneity,
     g_test_pooled,
@@ -292,3 +296,176 @@ def test_pairing_recompute_notices_a_tampered_n() -> None:
     entry["result"]["n"] += 1
     _results, problems = _recompute_pairing({"tests": [entry]})
     assert any("stored n" in p for p in problems), problems
+
+
+# ---- Tests that kill mutants the suite missed (a second campaign, 2026-12-05: one AST
+# mutation at a time in pp3cli/evidence/stats.py against test_stats, test_exact and
+# test_targets; the survivors that change behaviour are pinned here)
+
+
+def test_g_test_counts_only_possible_samples_in_its_expected_counts() -> None:
+    """Two samples on an impossible outcome: E_c = n' p_c with n' = n - 2 (docstring), and
+    G is scipy's log-likelihood power divergence over the same cells."""
+    law = [Fraction(1, 4), Fraction(1, 4), Fraction(1, 2), Fraction(0)]
+    observed = [30, 18, 50, 2]
+    result = g_test("imp", observed, law, 20.0)
+    want = power_divergence([30, 18, 50], [24.5, 24.5, 49.0], lambda_="log-likelihood")
+    assert (result.n, result.impossible_hits, result.failed_outright) == (100, 2, True)
+    assert (result.cells, result.df) == (3, 2)
+    assert result.statistic == pytest.approx(float(want.statistic), rel=1e-12)
+    assert result.p_value == pytest.approx(float(want.pvalue), rel=1e-9)
+
+
+def test_a_single_observation_is_a_sample_of_one_cell() -> None:
+    """n = 1 is a valid sample: one pooled cell (no outcome expects 20), df 0, G = 0, p = 1."""
+    result = g_test("one", [0, 1], [Fraction(1, 2), Fraction(1, 2)])
+    assert (result.n, result.cells, result.df) == (1, 1, 0)
+    assert (result.statistic, result.p_value) == (0.0, 1.0)
+    assert pool_cells([Fraction(1, 2), Fraction(1, 2)], 1).groups == ((0, 1),)
+
+
+def test_one_possible_sample_is_still_tested() -> None:
+    """Cells pooled for n = 100 (two, df 1) but 99 samples on the impossible outcome: the one
+    possible sample is tested against E = 1 * p (G = 2 ln 2), and fails outright besides;
+    with none possible, G = 0 and p = 1 (the impossible hits decide)."""
+    law = [Fraction(1, 2), Fraction(1, 2), Fraction(0)]
+    one = g_test("one", [1, 0, 99], law)
+    assert (one.df, one.impossible_hits) == (1, 99)
+    assert one.statistic == pytest.approx(2.0 * math.log(2.0), rel=1e-12)
+    none = g_test("none", [0, 0, 100], law)
+    assert (none.statistic, none.p_value, none.failed_outright) == (0.0, 1.0, True)
+
+
+def test_a_threshold_below_one_expected_count_is_allowed() -> None:
+    assert pool_cells([Fraction(1, 4)] * 4, 1, 0.5).groups == ((0, 1), (2, 3))  # E = 0.25 each
+
+
+@pytest.mark.parametrize("min_expected", [0.0, -1.0, math.inf, math.nan])
+def test_min_expected_must_be_finite_and_positive(min_expected: float) -> None:
+    with pytest.raises(ValueError, match="expected a finite positive number"):
+        pool_cells([Fraction(1, 2), Fraction(1, 2)], 10, min_expected)
+
+
+def test_a_short_remainder_joins_the_last_closed_cell() -> None:
+    """Seven outcomes of 1/7 at n = 70 (E = 10 each): cells close at 20, three of them, and
+    the seventh outcome (10 < 20) joins the third, not another."""
+    pooling = pool_cells([Fraction(1, 7)] * 7, 70, 20.0)
+    assert pooling.groups == ((0, 1), (2, 3), (4, 5, 6))
+    assert pooling.probs == (Fraction(2, 7), Fraction(2, 7), Fraction(3, 7))
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1.0, -0.1, 1.5])
+def test_holm_needs_alpha_strictly_between_0_and_1(alpha: float) -> None:
+    with pytest.raises(ValueError, match="expected 0 < alpha < 1"):
+        holm([_member("a", 0.5)], alpha)
+
+
+def test_holm_adjusted_p_values_are_capped_at_1() -> None:
+    """Three members at p = 0.5: (m - rank) p = 1.5, 1.0, 0.5 -> adjusted 1 for all."""
+    verdict = holm([_member("a", 0.5), _member("b", 0.5), _member("c", 0.5)], 0.05)
+    assert verdict.adjusted == {"a": 1.0, "b": 1.0, "c": 1.0}
+    assert verdict.passed
+
+
+@pytest.mark.parametrize(
+    ("df", "alpha", "power", "fragment"),
+    [
+        (0, 0.05, 0.9, "at least 1 degree of freedom"),
+        (1, 0.0, 0.9, "expected 0 < alpha < 1"),
+        (1, 1.0, 0.9, "expected 0 < alpha < 1"),
+        (1, 0.05, 0.05, "< power < 1"),
+        (1, 0.05, 1.0, "< power < 1"),
+        (1, 0.05, 1.5, "< power < 1"),
+    ],
+)
+def test_power_design_bounds(df: int, alpha: float, power: float, fragment: str) -> None:
+    with pytest.raises(ValueError, match=fragment):
+        noncentrality_for_power(df, alpha, power)
+
+
+@pytest.mark.parametrize(
+    ("df", "alpha", "power"), [(1, 0.05, 0.06), (1, 0.05, 0.9), (7, 1e-5, 0.99), (60, 1e-7, 0.5)]
+)
+def test_noncentrality_reaches_the_stated_power(df: int, alpha: float, power: float) -> None:
+    """lambda solves P(ncx2(df, lambda) > chi2.isf(alpha, df)) = power, also where the root
+    lies below 1 (a power just above alpha) and where it lies above the first bracket."""
+    lam = noncentrality_for_power(df, alpha, power)
+    critical = float(chi2.isf(alpha, df))
+    assert float(ncx2.sf(critical, df, lam)) == pytest.approx(power, abs=1e-9)
+    if power == 0.06:
+        assert 0.0 < lam < 1.0
+
+
+def test_sample_size_and_detectable_tv_defaults_and_inverse() -> None:
+    """Power 0.99 by default; n = ceil(lambda / (4 tv^2)) and detectable_tv(n) =
+    sqrt(lambda / (4 n)) are inverses (up to the ceiling); tv = 1 is allowed and a sample
+    size is at least 1."""
+    lam = noncentrality_for_power(3, 1e-5, 0.99)
+    assert samples_for_tv(0.1, 3, 1e-5) == samples_for_tv(0.1, 3, 1e-5, 0.99)
+    assert samples_for_tv(0.1, 3, 1e-5) == math.ceil(lam / 0.04)
+    assert samples_for_tv(1.0, 3, 1e-5) == math.ceil(lam / 4.0)
+    assert samples_for_tv(1.0, 1, 0.4, 0.45) == 1  # lambda / 4 < 1
+    assert detectable_tv(1000, 3, 1e-5) == detectable_tv(1000, 3, 1e-5, 0.99)
+    assert detectable_tv(1000, 3, 1e-5) == pytest.approx(math.sqrt(lam / 4000.0), rel=1e-12)
+    assert detectable_tv(1, 3, 1e-5) == pytest.approx(math.sqrt(lam / 4.0), rel=1e-12)
+    n = samples_for_tv(detectable_tv(5000, 3, 1e-5), 3, 1e-5)
+    assert n in (5000, 5001)
+    for tv in (0.0, 1.5):
+        with pytest.raises(ValueError, match="expected 0 < tv <= 1"):
+            samples_for_tv(tv, 3, 1e-5)
+    with pytest.raises(ValueError, match="expected at least one sample"):
+        detectable_tv(0, 3, 1e-5)
+
+
+def test_power_of_at_the_edges_of_its_domain() -> None:
+    """No samples or no deviation: the power is the test's size alpha; tv = 1 is allowed;
+    a negative n or tv outside [0, 1] is refused."""
+    assert power_of(0, 0.1, 3, 0.01) == pytest.approx(0.01, rel=1e-9)
+    assert power_of(1000, 0.0, 3, 0.01) == pytest.approx(0.01, rel=1e-9)
+    assert power_of(10, 1.0, 3, 0.01) == pytest.approx(
+        float(ncx2.sf(chi2.isf(0.01, 3), 3, 40.0)), rel=1e-12
+    )
+    with pytest.raises(ValueError, match="non-negative sample size"):
+        power_of(-1, 0.1, 3, 0.01)
+    for tv in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="expected 0 <= tv <= 1"):
+            power_of(10, tv, 3, 0.01)
+
+
+def test_homogeneity_statistic_is_the_log_likelihood_contingency_test() -> None:
+    """n_a = 98, n_b = 103: a cell needs 20 * 201 / 98 = 41.0 combined; outcomes of 65, 45
+    and 85 close one each, the last two (3 + 3, then 0 + 0: a zero count is allowed) join
+    the third. G, df and p are scipy's log-likelihood test on that 3 x 2 table (no
+    continuity correction); there is no impossible outcome in a two-sample test."""
+    result = g_test_homogeneity("h", [30, 25, 40, 3, 0], [35, 20, 45, 3, 0], 20.0)
+    table = np.array([[30, 35], [25, 20], [43, 48]])
+    statistic, p_value, dof, _ = chi2_contingency(table, correction=False, lambda_="log-likelihood")
+    assert (result.n, result.cells, result.df) == (201, 3, dof)
+    assert result.statistic == pytest.approx(float(statistic), rel=1e-12)
+    assert result.p_value == pytest.approx(float(p_value), rel=1e-9)
+    assert (result.impossible_hits, result.failed_outright) == (0, False)
+
+
+def test_homogeneity_of_tiny_samples_is_one_cell() -> None:
+    """Arms of 1 and 5 samples: nothing reaches the needed count, one cell, df 0, p = 1;
+    an empty arm is refused, whichever it is."""
+    for first, second in (([1, 0], [0, 5]), ([5, 0], [0, 1])):
+        result = g_test_homogeneity("h", first, second)
+        assert (result.n, result.cells, result.df) == (6, 1, 0)
+        assert (result.statistic, result.p_value) == (0.0, 1.0)
+    for first, second in (([0, 0], [3, 4]), ([3, 4], [0, 0])):
+        with pytest.raises(ValueError, match="an empty sample"):
+            g_test_homogeneity("h", first, second)
+    with pytest.raises(ValueError, match="negative count"):
+        g_test_homogeneity("h", [3, -1], [2, 2])
+
+
+def test_results_are_frozen() -> None:
+    """What a receipt stores cannot be changed after the test that made it."""
+    result = g_test("f", [30, 20, 50], [Fraction(1, 4), Fraction(1, 4), Fraction(1, 2)])
+    pooling = pool_cells([Fraction(1, 2), Fraction(1, 2)], 100)
+    verdict = holm([result], 0.05)
+    assert isinstance(verdict, FamilyVerdict)
+    for frozen, field in ((result, "p_value"), (pooling, "n"), (verdict, "passed")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(frozen, field, 0)

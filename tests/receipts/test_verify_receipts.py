@@ -350,3 +350,126 @@ def test_non_canonical_bytes_fail_even_with_a_consistent_chain(
     results = check(written[0].parent, tree)
     assert statuses(results)[written[0].name] == FAIL, report(results)
     assert "not in canonical form" in report(results), report(results)
+
+
+# ---- Tests that kill mutants the suite missed (a second campaign, 2026-12-05: one AST
+# mutation at a time in pp3cli/receipts/verify.py against tests/receipts and test_probe)
+
+
+def _reference(receipt: Path, reason: str = "replaced") -> dict[str, str]:
+    return {
+        "file": receipt.name,
+        "sha256": hashlib.sha256(receipt.read_bytes()).hexdigest(),
+        "reason": reason,
+    }
+
+
+def test_supersedes_a_later_or_unlisted_receipt_fails(written: list[Path], tree: Path) -> None:
+    """Only an earlier manifest entry can be superseded: not a later one (by the right
+    hash), and not a file on disk that the manifest never listed."""
+    folder = written[0].parent
+    later = _reference(written[2])
+    edit_statement(written[0], lambda s: s["predicate"]["supersedes"].append(later))
+    results = check(folder, tree)
+    assert statuses(results)[written[0].name] == FAIL, report(results)
+    assert f"supersedes {written[2].name}, which is not earlier in the manifest" in report(results)
+    assert statuses(results)[written[2].name] == OK, report(results)
+
+    unlisted = folder / "toy-20000101T000000000000Z.json"
+    unlisted.write_bytes(written[1].read_bytes())
+    made = write_receipt(
+        folder, TOY, parameters={"threshold": 5}, environment={}, data={"count": 1},
+        verdict="PASS", supersedes=[_reference(unlisted)], root=tree,
+    )  # fmt: skip
+    results = check(folder, tree)
+    assert statuses(results)[made.name] == FAIL, report(results)
+    assert f"supersedes {unlisted.name}, which is not earlier in the manifest" in report(results)
+
+
+def test_a_receipt_cannot_supersede_itself(written: list[Path], tree: Path) -> None:
+    """A reference to the receipt's own manifest entry is not an earlier one (whatever its
+    hash, which cannot match the bytes that contain it)."""
+    itself = _reference(written[1])
+    edit_statement(written[1], lambda s: s["predicate"]["supersedes"].append(itself))
+    results = check(written[1].parent, tree)
+    assert statuses(results)[written[1].name] == FAIL, report(results)
+    assert f"supersedes {written[1].name}, which is not earlier in the manifest" in report(results)
+
+
+def test_receipts_without_their_manifest_fail(written: list[Path], tree: Path) -> None:
+    manifest_of(written[0]).unlink()
+    results = check(written[0].parent, tree)
+    assert statuses(results)["MANIFEST.jsonl"] == FAIL and "manifest missing" in report(results)
+    assert {p.name for p in written} <= set(statuses(results)), report(results)
+
+
+def test_a_bool_where_an_int_is_expected_fails(written: list[Path], tree: Path) -> None:
+    """JSON true is not the integer 1 (Python's bool is an int subclass)."""
+    edit_statement(written[0], lambda s: s["predicate"].update(schema_version=True))
+    results = check(written[0].parent, tree)
+    assert statuses(results)[written[0].name] == FAIL, report(results)
+    assert "predicate.schema_version is bool" in report(results), report(results)
+
+
+def test_a_torn_manifest_tail_reports_its_length(written: list[Path], tree: Path) -> None:
+    with manifest_of(written[0]).open("ab") as manifest:
+        manifest.write(b'{"seq":4')
+    results = check(written[0].parent, tree)
+    assert "a torn last line of 8 bytes without its newline" in report(results), report(results)
+
+
+def test_extra_sources_in_the_tree_are_hashed_again(
+    tmp_path: Path, tree: Path, toy_kind: None
+) -> None:
+    """A recorded source outside the tree's source patterns (a user's verifier, pinned by
+    path) is re-hashed where it lies: OK while unchanged, STALE once changed or removed."""
+    verifier = tree / "tools" / "my_verifier.py"
+    verifier.parent.mkdir()
+    verifier.write_text("# mine\n")
+    folder = tmp_path / "receipts"
+    made = write_receipt(
+        folder, TOY, parameters={"threshold": 5}, environment={}, data={"count": 1},
+        verdict="PASS", extra_sources={"tools/my_verifier.py": verifier}, root=tree,
+    )  # fmt: skip
+    assert statuses(check(folder, tree, strict=True))[made.name] == OK
+    verifier.write_text("# mine, edited\n")
+    results = check(folder, tree)
+    assert statuses(results)[made.name] == STALE, report(results)
+    assert "changed tools/my_verifier.py" in report(results), report(results)
+    verifier.unlink()
+    assert "missing tools/my_verifier.py" in report(check(folder, tree))
+
+
+def test_overlay_sources_are_hashed_from_the_local_overlay(
+    tmp_path: Path, tree: Path, toy_kind: None
+) -> None:
+    """``overlay/<name>/<path>`` is re-hashed from ``<root>/.overlay/<name>/<path>`` when it
+    is there (STALE once it changes); without it, a path pp3 pins no digest for is missing."""
+    local = tree / ".overlay" / "peer-1" / "pkg" / "sampler.py"
+    local.parent.mkdir(parents=True)
+    local.write_text("# sampler\n")
+    folder = tmp_path / "receipts"
+    made = write_receipt(
+        folder, TOY, parameters={"threshold": 5}, environment={}, data={"count": 1},
+        verdict="PASS", extra_sources={"overlay/peer-1/pkg/sampler.py": local}, root=tree,
+    )  # fmt: skip
+    assert statuses(check(folder, tree, strict=True))[made.name] == OK
+    local.write_text("# sampler, patched\n")
+    assert "changed overlay/peer-1/pkg/sampler.py" in report(check(folder, tree))
+    local.unlink()
+    assert "missing overlay/peer-1/pkg/sampler.py" in report(check(folder, tree))
+
+
+def test_long_source_listings_are_cut_after_four_names(written: list[Path], tree: Path) -> None:
+    for index in range(4):
+        (tree / "pp3cli" / f"new{index}.py").write_text("# new\n")
+    four = report(check(written[0].parent, tree))
+    assert "added pp3cli/new0.py, pp3cli/new1.py, pp3cli/new2.py, pp3cli/new3.py\n" in four + "\n"
+    assert "more (" not in four
+    for index in range(4, 6):
+        (tree / "pp3cli" / f"new{index}.py").write_text("# new\n")
+    six = report(check(written[0].parent, tree))
+    assert (
+        "added pp3cli/new0.py, pp3cli/new1.py, pp3cli/new2.py, pp3cli/new3.py and 2 more (6 files)"
+        in six
+    )
