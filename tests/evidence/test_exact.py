@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Sequence
 from fractions import Fraction
@@ -13,15 +14,19 @@ from pp3cli.evidence.exact import (
     accepted_length_law,
     chain_law,
     clipped_residual,
+    conditional_slot_laws,
     draft_law,
     final_token_law,
+    fraction_from_text,
     identity_violations,
     law_from_json,
     law_sha256,
     law_to_json,
     lossless_identity,
     parse_outcome_key,
+    row_step,
     slot_marginals,
+    validate_targets,
 )
 
 C = 1 << 10
@@ -188,3 +193,105 @@ def test_law_json_round_trip_and_hash() -> None:
     assert law_sha256(changed) != law_sha256(law)
     with pytest.raises(ValueError, match="a \\+ 1 tokens"):
         parse_outcome_key("2|1,2")
+
+
+# ---- Tests that kill mutants the suite missed (a campaign, 2026-12-05: one AST mutation at
+# a time in pp3cli/evidence/exact.py against test_exact, test_stats and test_oracle)
+
+HALF = Fraction(1, 2)
+
+
+def test_draft_rows_at_the_edges_of_validity() -> None:
+    """A denominator of 1 and a zero count on a real id are valid; padding is only (-1, 0):
+    -1 with a count is an id out of range; a zero count still claims its id (a second
+    entry for it is a duplicate); id V is out of range."""
+    assert draft_law(DraftRow((1,), (1,), 1), 3) == [0, 1, 0]
+    assert draft_law(DraftRow((2, 0), (0, 4), 4), 3) == [1, 0, 0]
+    with pytest.raises(ValueError, match="draft support id -1: expected 0 <= id < V = 3"):
+        draft_law(DraftRow((-1, 1), (1, 3), 4), 3)
+    with pytest.raises(ValueError, match="appears twice"):
+        draft_law(DraftRow((2, 2), (0, 4), 4), 3)
+    with pytest.raises(ValueError, match="draft support id 3: expected 0 <= id < V = 3"):
+        draft_law(DraftRow((3,), (4,), 4), 3)
+    with pytest.raises(ValueError, match="draft count -1 for id 1"):
+        draft_law(DraftRow((0, 1), (5, -1), 4), 3)
+    with pytest.raises(ValueError, match="power of two >= 1"):
+        draft_law(DraftRow((), (), 0), 3)
+
+
+def test_target_rows_need_one_common_positive_length() -> None:
+    with pytest.raises(ValueError, match="target row 0 has 0 entries"):
+        validate_targets([[]])
+    with pytest.raises(ValueError, match="target row 1 has 3 entries: expected V = 2"):
+        validate_targets([[HALF, HALF], [HALF, HALF, Fraction(0)]])
+
+
+@pytest.mark.parametrize(
+    ("weights", "why"),
+    [([HALF], "one weight for two tokens"), ([0, 0], "zero sum"), ([2, -1], "a negative")],
+)
+def test_a_residual_rule_must_give_non_negative_weights_with_positive_sum(
+    weights: list[Fraction], why: str
+) -> None:
+    p, q = [Fraction(3, 4), Fraction(1, 4)], [Fraction(1, 4), Fraction(3, 4)]
+    with pytest.raises(ValueError, match="non-negative weights with positive sum"):
+        row_step(p, q, residual=lambda _p, _q: [Fraction(w) for w in weights])
+
+
+@pytest.mark.parametrize("text", ["1", "a/2", "1/b", "1/0", "1/-2", "/2", "1/"])
+def test_fraction_text_must_be_numerator_over_positive_denominator(text: str) -> None:
+    with pytest.raises(ValueError, match="expected 'numerator/denominator'"):
+        fraction_from_text(text)
+
+
+def test_fraction_text_round_trip_of_a_negative_numerator() -> None:
+    assert fraction_from_text("-3/4") == Fraction(-3, 4)
+
+
+def test_final_token_and_conditional_laws_of_a_small_law() -> None:
+    """(a, t0, ..., ta) outcomes: the final token is the last one; t0's law sums the
+    outcomes that share it, whatever follows."""
+    law = {(0, 3): Fraction(1, 4), (1, 3, 4): Fraction(1, 4), (1, 2, 5): HALF}
+    assert final_token_law(law) == {(0, 3): Fraction(1, 4), (1, 4): Fraction(1, 4), (1, 5): HALF}
+    assert conditional_slot_laws(law) == {
+        (0, ()): {3: HALF, 2: HALF},
+        (1, (3,)): {4: Fraction(1)},
+        (1, (2,)): {5: Fraction(1)},
+    }
+
+
+def test_identity_checks_tokens_the_law_never_emits_and_slots_past_the_targets() -> None:
+    """Row p = (1/2, 1/2, 0): a law that emits 0 and 2 half each matches p at token 0 only;
+    both token 1 (p > 0, never emitted) and token 2 (emitted, p = 0) are reported. A slot
+    past the last target row is reported too."""
+    targets = [[HALF, HALF, Fraction(0)]]
+    problems = identity_violations({(0, 0): HALF, (0, 2): HALF}, targets)
+    assert problems == [
+        "slot 0 after prefix []: P(t=1) = 0, p_0 = 1/2",
+        "slot 0 after prefix []: P(t=2) = 1/2, p_0 = 0",
+    ]
+    beyond = identity_violations({(1, 0, 1): Fraction(1)}, targets)
+    assert "slot 1 beyond the 1 target rows" in beyond
+
+
+def test_exact_rows_are_frozen() -> None:
+    step = row_step([HALF, HALF], None)
+    for frozen, field in ((DraftRow((0,), (1,), 1), "denominator"), (step, "stop")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(frozen, field, 0)
+
+
+def test_identity_reports_a_token_past_the_vocabulary() -> None:
+    """A law that emits token V (outside p's row) is reported against p = 0, not raised on."""
+    problems = identity_violations({(0, 0): HALF, (0, 2): HALF}, [[HALF, HALF]])
+    assert "slot 0 after prefix []: P(t=2) = 1/2, p_0 = 0" in problems
+
+
+def test_law_json_keeps_certain_outcomes_and_drops_impossible_ones() -> None:
+    assert law_to_json({(0, 1): Fraction(1), (0, 2): Fraction(0)}) == {"0|1": "1/1"}
+
+
+def test_draft_row_count_must_be_k() -> None:
+    p = [HALF, HALF]
+    with pytest.raises(ValueError, match="1 draft rows for 3 target rows: expected K = 2"):
+        chain_law([p, p, p], [_point(0)])
