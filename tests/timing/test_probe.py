@@ -454,3 +454,46 @@ def test_slow_comparator_gets_one_graph_of_sets_and_few_replays() -> None:
     # eager check of 2 sets + 1 warm-up replay of 2 calls + 2 timed replays of 2 calls
     assert len(calls) == 2 + 2 + 4
     assert data["checks_passed"] is True
+
+
+# ---- Tests that kill mutants the suite missed (a campaign, 2026-12-05: one AST mutation at
+# a time in pp3cli/timing/summary.py against test_probe and test_verify_receipts)
+
+
+def test_ratio_is_none_only_when_a_side_is_missing_or_the_denominator_is_zero() -> None:
+    assert probe_summary.ratio(3.0, 1.0) == 3.0
+    assert probe_summary.ratio(3.0, 0.0) is None
+    assert probe_summary.ratio(None, 2.0) is None and probe_summary.ratio(2.0, None) is None
+
+
+def test_recomputer_binds_the_copy_timing_and_missing_ratios() -> None:
+    """The copy's summary is recomputed from its raw times; a ratio stored as a number where
+    a side is missing, or as None where both sides are timed, is a mismatch."""
+    data = tiny_data()
+    times = [10.0, 12.0, 11.0, 13.0]
+    data["copy"] = {"bytes": 1 << 20, "times_us": times, "summary": probe_summary.summarize(times)}
+    assert probe_summary.recompute_probe_data(data) == []
+
+    tampered = copy.deepcopy(data)
+    tampered["copy"]["summary"]["median"] = 10.0
+    assert probe_summary.recompute_probe_data(tampered) == [
+        "copy: summary does not match the raw times"
+    ]
+    invented = copy.deepcopy(data)
+    invented["cases"][0]["ratios"]["selector/vllm"] = 0.5  # vllm was not available
+    assert probe_summary.recompute_probe_data(invented)
+    dropped = copy.deepcopy(data)
+    dropped["cases"][0]["ratios"]["selector/argmax"] = None  # both sides were timed
+    assert probe_summary.recompute_probe_data(dropped)
+
+
+def test_an_available_comparator_without_times_or_checks() -> None:
+    """An available comparator with no raw times has no median (and no ratio), and one
+    with no checks at all has not passed them."""
+    data = tiny_data()
+    argmax = data["cases"][0]["comparators"]["argmax"]
+    argmax.update(times_us=[], summary=None)
+    data["cases"][0]["ratios"]["selector/argmax"] = None
+    assert probe_summary.recompute_probe_data(data) == []
+    argmax["checks"] = {}
+    assert probe_summary.all_checks_passed(data) is False
