@@ -355,3 +355,69 @@ def test_recomputer_notices_a_power_statement_that_drops_a_target(
         dropped,
         problems,
     )
+
+
+# ---- Tests that kill mutants the suite missed (a campaign, 2026-12-05: one AST mutation at
+# a time in pp3cli/evidence/family.py against test_stats, test_targets, test_qualify,
+# test_verifiers and test_verify_receipts)
+
+
+def test_plan_sizes_between_the_pooled_and_the_unpooled_df() -> None:
+    """Each member's n reaches the power at its pooled df and never exceeds what its
+    unpooled df (possible outcomes - 1) needs, both at alpha / m."""
+    from pp3cli.evidence.family import POWER
+    from pp3cli.evidence.stats import samples_for_tv
+
+    rows = plan_samples(1e-2, ALPHA)
+    laws = {law.name: law for target in TARGETS for law in member_laws(target, 2)}
+    member_alpha = ALPHA / len(rows)
+    for row in rows:
+        possible = sum(1 for p in laws[row.member].probs if p > 0)
+        pooled = samples_for_tv(1e-2, row.df, member_alpha, POWER)
+        unpooled = samples_for_tv(1e-2, max(1, possible - 1), member_alpha, POWER)
+        assert pooled <= row.n_needed <= unpooled, row
+
+
+def test_requests_follow_the_given_tv_then_the_profile() -> None:
+    """An explicit TV sizes the run whatever the profile says; without one a profile's TV
+    does, else its fixed count; capped targets do not size it."""
+    from dataclasses import replace
+
+    from pp3cli.evidence.family import requests_for
+
+    strict, seed = PROFILES["strict"], PROFILES["seed"]
+    coarse = requests_for(replace(strict, tv=1e-2), ALPHA)
+    assert requests_for(strict, ALPHA, tv=1e-2) == coarse < requests_for(strict, ALPHA)
+    assert requests_for(seed, ALPHA) == seed.requests
+    assert requests_for(seed, ALPHA, tv=1e-2) == coarse
+    uncapped = [t.name for t in TARGETS if not t.capped]
+    rows = plan_samples(1e-2, ALPHA)
+    assert coarse == max(r.n_needed for r in rows if r.member.split("/")[0] in uncapped)
+    with pytest.raises(ValueError, match="neither requests nor tv"):
+        requests_for(replace(seed, requests=None), ALPHA)
+
+
+def test_stated_target_power_is_recomputed_from_the_members() -> None:
+    """Each target's requests and detectable TV (its weakest member's, at alpha / m with
+    the pairing tests in m) are recomputed from the stored members: an honest statement
+    holds, an edited TV or request count does not, nor a statement that drops a target."""
+    from pp3cli.evidence.family import _recompute_target_power, judge_members, target_power
+
+    laws = [law for target in TARGETS[:2] for law in member_laws(target, 4000)]
+    counts = {law.name: [round(4000 * float(p)) for p in law.probs] for law in laws}
+    for law in laws:  # rounding: put the difference on the likeliest outcome
+        top = max(range(len(law.probs)), key=lambda i: law.probs[i])
+        counts[law.name][top] += 4000 - sum(counts[law.name])
+    records, _verdict = judge_members(laws, counts, ALPHA)
+    stored = [record.to_json() for record in records]
+    for extra in (0, 3):
+        claimed = target_power(records, ALPHA, extra_members=extra)
+        assert _recompute_target_power(stored, claimed, ALPHA, extra_members=extra) == []
+        assert _recompute_target_power(stored, claimed, ALPHA, extra_members=extra + 1)
+    claimed = target_power(records, ALPHA)
+    assert all(0.0 < entry["tv"] < 1.0 for entry in claimed)
+    for edit in ({"tv": claimed[0]["tv"] * 1.01}, {"requests": claimed[0]["requests"] + 1}):
+        edited = copy.deepcopy(claimed)
+        edited[0].update(edit)
+        assert _recompute_target_power(stored, edited, ALPHA), edit
+    assert _recompute_target_power(stored, claimed[1:], ALPHA)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from fractions import Fraction
 
 import pytest
@@ -143,3 +144,57 @@ def test_validate_names_the_problem() -> None:
     )
     with pytest.raises(ValueError, match="row 0 weights"):
         bad.validate()
+
+
+# ---- Tests that kill mutants the suite missed (a campaign, 2026-12-05: one AST mutation at
+# a time in pp3cli/evidence/targets.py and family.py)
+
+GOOD = ToyTarget(
+    name="good",
+    purpose="x",
+    draft_policy="x",
+    tau=1.0,
+    bits=2,
+    weights=((1, 1, 1, 1), (1, 1, 1, 1)),
+    draft=(((0, 2), (3, 2)),),
+    denominator=4,
+)
+
+
+def test_a_valid_edge_target_passes() -> None:
+    GOOD.validate()
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"tau": 0.0}, "must be positive and finite"),
+        ({"tau": -1.0}, "must be positive and finite"),
+        ({"tau": math.inf}, "must be positive and finite"),
+        ({"tau": math.nan}, "must be positive and finite"),
+        ({"denominator": 6, "draft": (((0, 3), (3, 3)),)}, "not a power of two"),
+        ({"draft": (((0, 2), (0, 2)),)}, "needs S distinct ids"),
+        (
+            {"weights": ((1, 1, 1, 1),) * 3, "draft": (((0, 2), (3, 2)), ((1, 4),))},
+            "draft row 1 ((1, 4),) needs S distinct ids",
+        ),
+        ({"draft": (((0, 2), (4, 2)),)}, "has a bad id or count"),
+        ({"draft": (((0, 4), (3, 0)),)}, "has a bad id or count"),
+        ({"draft": (((0, 2), (3, 1)),)}, "mass != 4"),
+        ({"invalid_row": 1}, "invalid_row 1 outside [0, 1)"),
+        ({"q_form": "dense "}, "is not 'sparse' or 'dense'"),
+    ],
+)
+def test_validate_refuses_each_inconsistency(change: dict[str, object], fragment: str) -> None:
+    from dataclasses import replace
+
+    bad = replace(GOOD, **change)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=re.escape(fragment)):
+        bad.validate()
+
+
+def test_member_kinds_name_slots_and_the_two_chain_laws() -> None:
+    kinds = {law.name.split("/")[1]: law.kind for law in member_laws(TARGETS[0], 10)}
+    assert kinds["accepted"] == "accepted" and kinds["joint"] == "joint"
+    assert all(kind == "slot" for key, kind in kinds.items() if key.startswith("slot"))
+    assert sum(key.startswith("slot") for key in kinds) == TARGETS[0].k + 1
