@@ -365,7 +365,7 @@ def test_recomputer_notices_a_power_statement_that_drops_a_target(
 def test_plan_sizes_between_the_pooled_and_the_unpooled_df() -> None:
     """Each member's n reaches the power at its pooled df and never exceeds what its
     unpooled df (possible outcomes - 1) needs, both at alpha / m."""
-    from pp3cli.evidence.family import POWER
+    from pp3cli.evidence.profiles import POWER
     from pp3cli.evidence.stats import samples_for_tv
 
     rows = plan_samples(1e-2, ALPHA)
@@ -390,9 +390,13 @@ def test_requests_follow_the_given_tv_then_the_profile() -> None:
     assert requests_for(strict, ALPHA, tv=1e-2) == coarse < requests_for(strict, ALPHA)
     assert requests_for(seed, ALPHA) == seed.requests
     assert requests_for(seed, ALPHA, tv=1e-2) == coarse
-    uncapped = [t.name for t in TARGETS if not t.capped]
-    rows = plan_samples(1e-2, ALPHA)
-    assert coarse == max(r.n_needed for r in rows if r.member.split("/")[0] in uncapped)
+    # a capped target with the family's largest member does not size it
+    small, large = target_by_name("equal_q_ties"), target_by_name("sparse_tails")
+    pair = (small, replace(large, requests_cap=(("strict", 100),)))
+    rows = plan_samples(1e-2, ALPHA, targets=pair)
+    sized = max(r.n_needed for r in rows if r.member.startswith(f"{small.name}/"))
+    assert sized < max(r.n_needed for r in rows)
+    assert requests_for(strict, ALPHA, tv=1e-2, targets=pair) == sized
     with pytest.raises(ValueError, match="neither requests nor tv"):
         requests_for(replace(seed, requests=None), ALPHA)
 
@@ -415,6 +419,7 @@ def test_stated_target_power_is_recomputed_from_the_members() -> None:
         assert _recompute_target_power(stored, claimed, ALPHA, extra_members=extra) == []
         assert _recompute_target_power(stored, claimed, ALPHA, extra_members=extra + 1)
     claimed = target_power(records, ALPHA)
+    assert _recompute_target_power(stored, claimed, ALPHA) == []  # no pairing tests
     assert all(0.0 < entry["tv"] < 1.0 for entry in claimed)
     for edit in ({"tv": claimed[0]["tv"] * 1.01}, {"requests": claimed[0]["requests"] + 1}):
         edited = copy.deepcopy(claimed)
