@@ -161,8 +161,27 @@ GOOD = ToyTarget(
 )
 
 
-def test_a_valid_edge_target_passes() -> None:
+def test_valid_edge_targets_pass() -> None:
+    """The first row may be the invalidated one, and C = 1 is a power of two."""
+    from dataclasses import replace
+
     GOOD.validate()
+    replace(GOOD, invalid_row=0).validate()
+    replace(GOOD, denominator=1, draft=(((2, 1),),)).validate()
+
+
+def test_an_invalid_request_drops_only_its_invalid_row_draft() -> None:
+    """steps(invalid=True): the invalid_row's step is a certain stop emitting p (no draft),
+    every other row's is the drafted one of a valid request."""
+    target = target_by_name("invalidated_proposals")
+    assert target.invalid_row is not None
+    valid, invalid = target.steps(invalid=False), target.steps(invalid=True)
+    for i, (a, b) in enumerate(zip(valid, invalid, strict=True)):
+        if i == target.invalid_row:
+            assert b.stop == target.p(i) and not any(b.accept)
+            assert a != b
+        else:
+            assert a == b
 
 
 @pytest.mark.parametrize(
