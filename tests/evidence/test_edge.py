@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
 
 from pp3cli.evidence.edge import CHECKS, EdgeResult, check_cross_split_ties, run_edge_battery
+from pp3kernels.contract import STATUS_NAN
 from pp3kernels.interface import ChainResult
 from pp3kernels.reference import reference_verify_chain
 
@@ -102,3 +105,99 @@ def test_raising_verifier_is_a_failed_check() -> None:
 
     results = run_edge_battery(raises, device=CPU, seed=0)
     assert all(not r.passed and "refused" in r.detail for r in results)
+
+
+# ---- Tests that kill mutants the suite missed (a campaign, 2026-12-05: one AST mutation at
+# a time in pp3cli/evidence/edge.py against test_edge). Each check must fail on an output
+# that breaks only one of its conditions.
+
+Fault = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], None]
+
+
+def _with_fault(fault: Fault) -> Callable[..., ChainResult]:
+    """The reference verifier with ``fault(tokens, accepted, status, seed)`` applied in place
+    to copies of its outputs (``seed``: the call's seeds, to fault one call of several)."""
+
+    def verifier(*args: Any, **kwargs: Any) -> ChainResult:
+        out = reference_verify_chain(*args, **kwargs)
+        tokens, accepted, status = out.tokens.clone(), out.accepted.clone(), out.status.clone()
+        fault(tokens, accepted, status, args[3])
+        return ChainResult(tokens, accepted, status)
+
+    return verifier
+
+
+def _set(name: str, index: Any, value: int) -> Fault:
+    """A fault that writes ``value`` at ``index`` of one output (tokens, accepted, status)."""
+
+    def fault(tokens: torch.Tensor, accepted: torch.Tensor, status: torch.Tensor, _: Any) -> None:
+        {"tokens": tokens, "accepted": accepted, "status": status}[name][index] = value
+
+    return fault
+
+
+def _first_tokens_all(value: int) -> Fault:
+    def fault(tokens: torch.Tensor, accepted: torch.Tensor, status: torch.Tensor, _: Any) -> None:
+        tokens[:, 1] = value
+
+    return fault
+
+
+def _drop_tail_token(tokens: torch.Tensor, *_: Any) -> None:
+    tokens[:, 0] = torch.where(tokens[:, 0] == 15, torch.zeros_like(tokens[:, 0]), tokens[:, 0])
+
+
+def _shift_first(tokens: torch.Tensor, *_: Any) -> None:
+    tokens[0, 0] = (tokens[0, 0] + 1) % 4
+
+
+def _other_seed_only(
+    tokens: torch.Tensor, accepted: torch.Tensor, status: torch.Tensor, seed: Any
+) -> None:
+    if int(seed[0]) == 7 + 12345:
+        tokens[0, 0] = (tokens[0, 0] + 1) % 16
+
+
+def _poisoned_row_emits(tokens: torch.Tensor, *_: Any) -> None:
+    tokens[3, 0] = 0
+
+
+def _poisoned_row_accepts(tokens: torch.Tensor, accepted: torch.Tensor, *_: Any) -> None:
+    accepted[4] = 1
+
+
+def _neighbour_changes(
+    tokens: torch.Tensor, accepted: torch.Tensor, status: torch.Tensor, _: Any
+) -> None:
+    if int(status[3]) != 0:  # the poisoned call only: a neighbour of the poisoned rows flips
+        status[0] = STATUS_NAN
+
+
+SINGLE_FAULTS: list[tuple[str, Fault]] = [
+    ("sparse_full_target_tails", _set("status", 0, 1)),
+    ("sparse_full_target_tails", _set("accepted", 0, 1)),
+    ("sparse_full_target_tails", _drop_tail_token),
+    ("sparse_full_target_tails", _set("tokens", (0, 1), 0)),
+    ("disjoint_support", _set("accepted", 0, 1)),
+    ("disjoint_support", _set("tokens", (0, 0), 4)),
+    ("disjoint_support", _set("status", 0, 1)),
+    ("equal_q", _set("accepted", 0, 2)),
+    ("equal_q", _shift_first),
+    ("equal_q", _set("tokens", (0, 3), 4)),
+    ("invalidated_proposals", _set("accepted", 0, 2)),
+    ("invalidated_proposals", _set("tokens", (0, 1), 5)),
+    ("invalidated_proposals", _set("tokens", (0, 2), 0)),
+    ("invalidated_proposals", _first_tokens_all(2)),
+    ("id_ties", _set("status", 0, 1)),
+    ("tau_zero", _other_seed_only),
+    ("nan_logits", _poisoned_row_emits),
+    ("posinf_logits", _poisoned_row_accepts),
+    ("all_masked_logits", _neighbour_changes),
+]
+
+
+@pytest.mark.parametrize(
+    ("check", "fault"), SINGLE_FAULTS, ids=[f"{c}-{i}" for i, (c, _) in enumerate(SINGLE_FAULTS)]
+)
+def test_each_condition_of_a_check_fails_it_alone(check: str, fault: Fault) -> None:
+    assert _failed(_with_fault(fault), {check}) == {check}

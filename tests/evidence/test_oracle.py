@@ -248,3 +248,79 @@ def test_selector_on_gpu_passes_full_size() -> None:
         pytest.skip("needs a CUDA GPU (torch.cuda.is_available() is False)")
     result = run_oracle("cuda", 200_000, 0, pp3kernels.verify_chain, label="selector")
     assert result["verdict"] == "PASS", result["data"]["family"]
+
+
+# ---- Tests that kill mutants the suite missed (a campaign, 2026-12-05: one AST mutation at
+# a time in pp3cli/evidence/oracle.py against test_oracle)
+
+
+@pytest.mark.parametrize(
+    "corruption",
+    ["status", "accepted_high", "accepted_low", "token_high", "token_negative", "padding"],
+)
+def test_each_kind_of_malformed_output_is_counted(corruption: str) -> None:
+    """Every fifth request's output is made malformed one way (a non-OK status, an accepted
+    length outside [0, K], an emitted token outside [0, V), a slot past the stop that is
+    not -1): the oracle counts exactly those requests as malformed, and fails."""
+    corrupted = [0]
+
+    def corrupt(*args: Any, **kwargs: Any) -> Any:
+        result = pp3kernels.reference_verify_chain(*args, **kwargs)
+        tokens, accepted = result.tokens.clone(), result.accepted.clone()
+        status = result.status.clone()
+        k, vocab = tokens.shape[1] - 1, len(targets()[0])
+        pick = torch.arange(tokens.shape[0]) % 5 == 0
+        if corruption == "status":
+            status[pick] = 1
+        elif corruption == "accepted_high":
+            accepted[pick] = k + 1
+        elif corruption == "accepted_low":
+            accepted[pick] = -1
+        elif corruption == "token_high":
+            tokens[pick, 0] = vocab  # slot 0 is always emitted
+        elif corruption == "token_negative":
+            tokens[pick, 0] = -1
+        else:
+            pick &= accepted < k  # slot K is not emitted: it must hold -1
+            tokens[pick, k] = 0
+        corrupted[0] += int(pick.sum())
+        return result._replace(tokens=tokens, accepted=accepted, status=status)
+
+    result = run_oracle("cpu", 200, 4, corrupt, label=corruption)
+    assert sum(m["malformed"] for m in result["data"]["policies"]) == corrupted[0] > 0
+    assert result["verdict"] == "FAIL"
+
+
+def test_one_request_per_policy_is_a_run() -> None:
+    result = run_oracle("cpu", 1, 4, pp3kernels.reference_verify_chain, label="one")
+    assert all(m["n"] == 1 for m in result["data"]["policies"])
+    assert (result["parameters"]["k"], result["parameters"]["vocab"]) == (3, 8)
+    with pytest.raises(ValueError, match="at least one request per policy"):
+        run_oracle("cpu", 0, 4, pp3kernels.reference_verify_chain, label="none")
+
+
+def test_counts_that_do_not_add_up_to_n_fail_alone() -> None:
+    """A member whose stored n differs from its counts fails even where its counts fit
+    the law perfectly; a receipt missing a policy fails its recomputation."""
+    rows = targets()
+    law = chain_law(rows, [_point(1), _point(2), _point(5)])
+    counts = {_key(k): round(p * 100_000) for k, p in law.items() if round(p * 100_000)}
+    member: dict[str, Any] = {
+        "name": "point",
+        "q_ids": [[1], [2], [5]],
+        "q_counts": [[DENOMINATOR], [DENOMINATOR], [DENOMINATOR]],
+        "denominator": DENOMINATOR,
+        "invalidated": [False, False, False],
+        "counts": counts,
+        "malformed": 0,
+        "n": sum(counts.values()),
+    }
+    assert judge(rows, [member], 1e-5)[3] == "PASS"
+    assert judge(rows, [{**member, "n": member["n"] + 1}], 1e-5)[3] == "FAIL"
+
+
+def test_a_receipt_missing_a_policy_fails(reference_run: dict[str, Any]) -> None:
+    fewer = _predicate(reference_run)
+    fewer["data"]["policies"] = fewer["data"]["policies"][:-1]
+    assert recompute_oracle(fewer) == "FAIL"
+    assert recompute_oracle(_predicate(reference_run)) == "PASS"

@@ -6,6 +6,7 @@ import math
 import re
 from fractions import Fraction
 
+import numpy as np
 import pytest
 import torch
 
@@ -202,6 +203,7 @@ def test_an_invalid_request_drops_only_its_invalid_row_draft() -> None:
         ({"draft": (((0, 2), (3, 1)),)}, "mass != 4"),
         ({"invalid_row": 1}, "invalid_row 1 outside [0, 1)"),
         ({"q_form": "dense "}, "is not 'sparse' or 'dense'"),
+        ({"weights": ((1, 1, 1, 1),)}, "1 target rows, expected K+1=2"),
     ],
 )
 def test_validate_refuses_each_inconsistency(change: dict[str, object], fragment: str) -> None:
@@ -217,3 +219,15 @@ def test_member_kinds_name_slots_and_the_two_chain_laws() -> None:
     assert kinds["accepted"] == "accepted" and kinds["joint"] == "joint"
     assert all(kind == "slot" for key, kind in kinds.items() if key.startswith("slot"))
     assert sum(key.startswith("slot") for key in kinds) == TARGETS[0].k + 1
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
+def test_rounding_gap_is_the_largest_row_total_variation(target: ToyTarget) -> None:
+    """rounding_gap = max over rows of (1/2) sum_v |softmax32(l / tau) - p|, the fp32
+    softmax as the contract computes it (torch's exp, as the module uses)."""
+    scaled = target.logits() / target.tau
+    e = torch.exp(scaled - scaled.amax(dim=1, keepdim=True))
+    p32 = (e / e.sum(dim=1, keepdim=True)).double().numpy()
+    exact = np.array([[float(x) for x in target.p(i)] for i in range(target.k + 1)])
+    want = float((0.5 * np.abs(p32 - exact).sum(axis=1)).max())
+    assert rounding_gap(target) == pytest.approx(want, rel=1e-6, abs=1e-12)
