@@ -324,3 +324,27 @@ def test_a_receipt_missing_a_policy_fails(reference_run: dict[str, Any]) -> None
     fewer["data"]["policies"] = fewer["data"]["policies"][:-1]
     assert recompute_oracle(fewer) == "FAIL"
     assert recompute_oracle(_predicate(reference_run)) == "PASS"
+
+
+def test_power_statements_follow_each_members_df(reference_run: dict[str, Any]) -> None:
+    """Per member, at Holm's strictest level alpha / m: its power against TV 0.01 and the TV
+    it detects with power 0.99, from its n and pooled df."""
+    from pp3cli.evidence.stats import detectable_tv, power_of
+
+    members = reference_run["data"]["policies"]
+    alpha = reference_run["parameters"]["alpha"] / len(members)
+    for member in members:
+        df, power = member["member"]["df"], member["power"]
+        assert df >= 1 and power["member_alpha"] == alpha
+        assert power["power_at_tv_0.01"] == pytest.approx(power_of(N_CPU, 1e-2, df, alpha))
+        assert power["tv_at_power_0.99"] == pytest.approx(detectable_tv(N_CPU, df, alpha, 0.99))
+
+
+def test_chunks_cover_exactly_n_requests() -> None:
+    """n = 50 in chunks of 16 (16, 16, 16, 2): every policy's counts add up to 50, and the
+    same counts as one chunk (the counters are positions, not chunk slots)."""
+    chunked = run_oracle("cpu", 50, 9, pp3kernels.reference_verify_chain, label="c", chunk=16)
+    whole = run_oracle("cpu", 50, 9, pp3kernels.reference_verify_chain, label="c")
+    for member, one in zip(chunked["data"]["policies"], whole["data"]["policies"], strict=True):
+        assert sum(member["counts"].values()) + member["malformed"] == member["n"] == 50
+        assert member["counts"] == one["counts"]
