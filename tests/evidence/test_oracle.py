@@ -128,13 +128,12 @@ def test_recomputer_catches_tampering(reference_run: dict[str, Any]) -> None:
     assert recompute_oracle(skewed) == "FAIL"
 
 
-def test_judge_uses_the_stored_target() -> None:
-    """Counts that fit the true law perfectly fail when judged against another target."""
-    rows = targets()
-    assert lossless_identity(chain_law(rows[-1:], []), rows[-1:])  # K = 0: just p_K
+def _fitted_point_member(rows: list[list[Fraction]]) -> dict[str, Any]:
+    """A member of point drafts on tokens 1, 2, 5 whose counts are 100,000 x its exact law
+    under ``rows`` (rounded): they fit that law almost perfectly."""
     law = chain_law(rows, [_point(1), _point(2), _point(5)])
     counts = {_key(k): round(p * 100_000) for k, p in law.items() if round(p * 100_000)}
-    member: dict[str, Any] = {
+    return {
         "name": "point",
         "q_ids": [[1], [2], [5]],
         "q_counts": [[DENOMINATOR], [DENOMINATOR], [DENOMINATOR]],
@@ -144,6 +143,13 @@ def test_judge_uses_the_stored_target() -> None:
         "malformed": 0,
         "n": sum(counts.values()),
     }
+
+
+def test_judge_uses_the_stored_target() -> None:
+    """Counts that fit the true law perfectly fail when judged against another target."""
+    rows = targets()
+    assert lossless_identity(chain_law(rows[-1:], []), rows[-1:])  # K = 0: just p_K
+    member = _fitted_point_member(rows)
     results, violations, family, verdict = judge(rows, [member], 1e-5)
     assert verdict == "PASS" and not violations[0] and results[0].p_value > 0.99
     wrong_target = [rows[0], rows[1], rows[2], rows[2]]  # bonus row replaced by row 2
@@ -303,18 +309,7 @@ def test_counts_that_do_not_add_up_to_n_fail_alone() -> None:
     """A member whose stored n differs from its counts fails even where its counts fit
     the law perfectly; a receipt missing a policy fails its recomputation."""
     rows = targets()
-    law = chain_law(rows, [_point(1), _point(2), _point(5)])
-    counts = {_key(k): round(p * 100_000) for k, p in law.items() if round(p * 100_000)}
-    member: dict[str, Any] = {
-        "name": "point",
-        "q_ids": [[1], [2], [5]],
-        "q_counts": [[DENOMINATOR], [DENOMINATOR], [DENOMINATOR]],
-        "denominator": DENOMINATOR,
-        "invalidated": [False, False, False],
-        "counts": counts,
-        "malformed": 0,
-        "n": sum(counts.values()),
-    }
+    member = _fitted_point_member(rows)
     assert judge(rows, [member], 1e-5)[3] == "PASS"
     assert judge(rows, [{**member, "n": member["n"] + 1}], 1e-5)[3] == "FAIL"
 

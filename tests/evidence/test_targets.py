@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from fractions import Fraction
 
 import numpy as np
@@ -132,24 +133,6 @@ def test_target_by_name() -> None:
         target_by_name("nope")
 
 
-def test_validate_names_the_problem() -> None:
-    bad = ToyTarget(
-        name="bad",
-        purpose="x",
-        draft_policy="x",
-        tau=1.0,
-        bits=2,
-        weights=((1, 1, 1, 0), (1, 1, 1, 1)),
-        draft=(((0, 4),),),
-        denominator=4,
-    )
-    with pytest.raises(ValueError, match="row 0 weights"):
-        bad.validate()
-
-
-# ---- Tests that kill mutants the suite missed (a campaign, 2026-12-05: one AST mutation at
-# a time in pp3cli/evidence/targets.py and family.py)
-
 GOOD = ToyTarget(
     name="good",
     purpose="x",
@@ -162,10 +145,18 @@ GOOD = ToyTarget(
 )
 
 
+def test_validate_names_the_problem() -> None:
+    bad = replace(GOOD, name="bad", weights=((1, 1, 1, 0), (1, 1, 1, 1)), draft=(((0, 4),),))
+    with pytest.raises(ValueError, match="row 0 weights"):
+        bad.validate()
+
+
+# ---- Tests that kill mutants the suite missed (a campaign, 2026-12-05: one AST mutation at
+# a time in pp3cli/evidence/targets.py and family.py)
+
+
 def test_valid_edge_targets_pass() -> None:
     """The first row may be the invalidated one, and C = 1 is a power of two."""
-    from dataclasses import replace
-
     GOOD.validate()
     replace(GOOD, invalid_row=0).validate()
     replace(GOOD, denominator=1, draft=(((2, 1),),)).validate()
@@ -207,8 +198,6 @@ def test_an_invalid_request_drops_only_its_invalid_row_draft() -> None:
     ],
 )
 def test_validate_refuses_each_inconsistency(change: dict[str, object], fragment: str) -> None:
-    from dataclasses import replace
-
     bad = replace(GOOD, **change)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=re.escape(fragment)):
         bad.validate()

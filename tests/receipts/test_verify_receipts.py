@@ -418,46 +418,34 @@ def test_a_torn_manifest_tail_reports_its_length(written: list[Path], tree: Path
     assert "a torn last line of 8 bytes without its newline" in report(results), report(results)
 
 
-def test_extra_sources_in_the_tree_are_hashed_again(
-    tmp_path: Path, tree: Path, toy_kind: None
+@pytest.mark.parametrize(
+    ("where", "name"),
+    [
+        ("tools/my_verifier.py", "tools/my_verifier.py"),  # a user's verifier, in the tree
+        (".overlay/peer-1/pkg/sampler.py", "overlay/peer-1/pkg/sampler.py"),  # a local overlay
+    ],
+)
+def test_extra_sources_are_hashed_again_where_they_lie(
+    tmp_path: Path, tree: Path, toy_kind: None, where: str, name: str
 ) -> None:
-    """A recorded source outside the tree's source patterns (a user's verifier, pinned by
-    path) is re-hashed where it lies: OK while unchanged, STALE once changed or removed."""
-    verifier = tree / "tools" / "my_verifier.py"
-    verifier.parent.mkdir()
-    verifier.write_text("# mine\n")
+    """A recorded source outside the tree's source patterns is re-hashed where it lies (an
+    ``overlay/<name>/<path>`` under ``<root>/.overlay/``): OK while unchanged, STALE once
+    changed, and missing once gone (pp3 pins no digest for these paths)."""
+    source = tree / where
+    source.parent.mkdir(parents=True)
+    source.write_text("# mine\n")
     folder = tmp_path / "receipts"
     made = write_receipt(
         folder, TOY, parameters={"threshold": 5}, environment={}, data={"count": 1},
-        verdict="PASS", extra_sources={"tools/my_verifier.py": verifier}, root=tree,
+        verdict="PASS", extra_sources={name: source}, root=tree,
     )  # fmt: skip
     assert statuses(check(folder, tree, strict=True))[made.name] == OK
-    verifier.write_text("# mine, edited\n")
+    source.write_text("# mine, edited\n")
     results = check(folder, tree)
     assert statuses(results)[made.name] == STALE, report(results)
-    assert "changed tools/my_verifier.py" in report(results), report(results)
-    verifier.unlink()
-    assert "missing tools/my_verifier.py" in report(check(folder, tree))
-
-
-def test_overlay_sources_are_hashed_from_the_local_overlay(
-    tmp_path: Path, tree: Path, toy_kind: None
-) -> None:
-    """``overlay/<name>/<path>`` is re-hashed from ``<root>/.overlay/<name>/<path>`` when it
-    is there (STALE once it changes); without it, a path pp3 pins no digest for is missing."""
-    local = tree / ".overlay" / "peer-1" / "pkg" / "sampler.py"
-    local.parent.mkdir(parents=True)
-    local.write_text("# sampler\n")
-    folder = tmp_path / "receipts"
-    made = write_receipt(
-        folder, TOY, parameters={"threshold": 5}, environment={}, data={"count": 1},
-        verdict="PASS", extra_sources={"overlay/peer-1/pkg/sampler.py": local}, root=tree,
-    )  # fmt: skip
-    assert statuses(check(folder, tree, strict=True))[made.name] == OK
-    local.write_text("# sampler, patched\n")
-    assert "changed overlay/peer-1/pkg/sampler.py" in report(check(folder, tree))
-    local.unlink()
-    assert "missing overlay/peer-1/pkg/sampler.py" in report(check(folder, tree))
+    assert f"changed {name}" in report(results), report(results)
+    source.unlink()
+    assert f"missing {name}" in report(check(folder, tree))
 
 
 def test_long_source_listings_are_cut_after_four_names(written: list[Path], tree: Path) -> None:
