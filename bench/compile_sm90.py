@@ -14,8 +14,8 @@ instructions, block barriers (BAR.SYNC) and cp.async loads (LDGSTS). --finish-wa
 --stages override those plan fields (stages needs a package that has the field);
 --overlap 0 compiles the launches without programmatic dependent launch's waits and triggers;
 --finish-maxnreg N caps the finish launch's registers (Triton's maxnreg option, ptx .maxnreg;
-spills show what the cap costs) where the plan has no cap of its own or another
-(LaunchPlan.finish_maxnreg, pending step 35, is compiled as the launch passes it);
+spills show what the cap costs), in place of the plan's own cap where it has one
+(LaunchPlan.finish_maxnreg, pending step 35; without the option it is compiled as launched);
 --tma 0 compiles phase 1 without a TMA descriptor where the plan asks for one (a package
 from step 12 on: phase 1's whole chunks as TMA boxes; the descriptor's type is what a
 contiguous bf16 call passes);

@@ -136,13 +136,6 @@ def _set(name: str, index: Any, value: int) -> Fault:
     return fault
 
 
-def _first_tokens_all(value: int) -> Fault:
-    def fault(tokens: torch.Tensor, accepted: torch.Tensor, status: torch.Tensor, _: Any) -> None:
-        tokens[:, 1] = value
-
-    return fault
-
-
 def _drop_tail_token(tokens: torch.Tensor, *_: Any) -> None:
     tokens[:, 0] = torch.where(tokens[:, 0] == 15, torch.zeros_like(tokens[:, 0]), tokens[:, 0])
 
@@ -154,16 +147,8 @@ def _shift_first(tokens: torch.Tensor, *_: Any) -> None:
 def _other_seed_only(
     tokens: torch.Tensor, accepted: torch.Tensor, status: torch.Tensor, seed: Any
 ) -> None:
-    if int(seed[0]) == 7 + 12345:
+    if int(seed[0]) == 7 + 12345:  # check_tau_zero's second call (_failed runs seed 7)
         tokens[0, 0] = (tokens[0, 0] + 1) % 16
-
-
-def _poisoned_row_emits(tokens: torch.Tensor, *_: Any) -> None:
-    tokens[3, 0] = 0
-
-
-def _poisoned_row_accepts(tokens: torch.Tensor, accepted: torch.Tensor, *_: Any) -> None:
-    accepted[4] = 1
 
 
 def _neighbour_changes(
@@ -187,11 +172,11 @@ SINGLE_FAULTS: list[tuple[str, Fault]] = [
     ("invalidated_proposals", _set("accepted", 0, 2)),
     ("invalidated_proposals", _set("tokens", (0, 1), 5)),
     ("invalidated_proposals", _set("tokens", (0, 2), 0)),
-    ("invalidated_proposals", _first_tokens_all(2)),
+    ("invalidated_proposals", _set("tokens", (slice(None), 1), 2)),  # token 1 always 2
     ("id_ties", _set("status", 0, 1)),
     ("tau_zero", _other_seed_only),
-    ("nan_logits", _poisoned_row_emits),
-    ("posinf_logits", _poisoned_row_accepts),
+    ("nan_logits", _set("tokens", (3, 0), 0)),  # a poisoned row emits
+    ("posinf_logits", _set("accepted", 4, 1)),  # one accepts
     ("all_masked_logits", _neighbour_changes),
 ]
 
