@@ -1182,6 +1182,14 @@ def test_support_tile_must_be_zero_or_a_power_of_two() -> None:
         _kernel(args, plan=replace(plan, support_tile=4, support_warps=3))
 
 
+@pytest.mark.parametrize("carveout", [-2, 101])
+def test_carveout_must_be_a_percentage(carveout: int) -> None:
+    args = _make(batch=2, drafts=1, vocab=30, seed=3)
+    plan = LaunchPlan(block_b=1, block_v=8, nsplit=1, chunk=32, num_warps=4, carveout=carveout)
+    with pytest.raises(ValueError, match="carveout must be -1 or a percentage from 0 to 100"):
+        _kernel(args, plan=plan)
+
+
 # --------------------------------------------------------------------------------------
 # Philox counter layout
 # --------------------------------------------------------------------------------------
@@ -1709,7 +1717,9 @@ PINNED_PLANS: dict[tuple[int, int, int, bool], tuple[Any, ...]] = {
 def test_plan_launch_choices_are_pinned(shape: tuple[int, int, int, bool]) -> None:
     batch, rows, vocab, interpreter = shape
     plan = plan_launch(batch, rows, vocab, interpreter=interpreter)
-    assert plan == LaunchPlan(*PINNED_PLANS[shape])
+    pinned = LaunchPlan(*PINNED_PLANS[shape])
+    # the large-vocabulary GPU plans (flat rows) pin every launch's shared-memory carveout
+    assert plan == replace(pinned, carveout=100 if pinned.flat_rows else -1)
 
 
 # ---- Tests that kill mutants the suite missed (a mutation campaign, 2026-12-01)
