@@ -6,8 +6,9 @@ driver picks the split per kernel from its shared memory and occupancy, and a
 multiprocessor runs the programs of two kernels side by side only while both fit its
 current split: a program of a kernel that wants another split waits until the
 multiprocessor has drained. The selector's phase-2 programs start during phase 1
-(programmatic dependent launch) on multiprocessors that phase 1 fills, so every kernel of a
-call asks for one split (``LaunchPlan.carveout``; bench/NOTES.md, twenty-eighth session).
+(programmatic dependent launch) on multiprocessors that phase 1 fills, so where phase 2
+reads much before its wait every kernel of a call asks for one split (``LaunchPlan.carveout``;
+bench/NOTES.md, twenty-eighth and thirty-first sessions).
 """
 
 from __future__ import annotations

@@ -161,10 +161,13 @@ _TICKET_BATCH = 16
 # padded to at least 2. Padded entries are masked: they load nothing and weigh 0.
 _MIN_SPLIT_AXIS = 8
 _MIN_SLOT_AXIS = 2
-# Every launch of a large-vocabulary call asks for this shared-memory carveout (% of the
-# multiprocessor's largest: 100 = 228 KB shared, 28 KB L1), so that phase 2's programs,
-# which start during phase 1, fit beside phase 1's (pp3kernels.carveout; Nsight Compute,
-# 2026-12-04: the driver's own choice was 8 KB for phase 1 and 16 KB for the finish at B4).
+# The shared-memory carveout (% of the multiprocessor's largest: 100 = 228 KB shared, 28 KB
+# L1) that every launch of a call asks for where phase 2 reads much before its wait, so that
+# its programs, which start during phase 1, fit beside phase 1's (pp3kernels.carveout;
+# Nsight Compute, 2026-12-04: the driver's own choice was 8 KB for phase 1 and 16 KB for the
+# finish at B4). Measured (v5 step 33, B4 against the driver's splits): dense q 0.84x,
+# sparse q of 1024 slots 0.95x; point drafts 1.00x, greedy-only 1.02x, 4096 slots 1.01x, and
+# from 64 requests on within 1%: only the first two ask (plan_launch).
 _CARVEOUT = 100
 
 
@@ -316,6 +319,10 @@ def plan_launch(
         support_tile, support_warps = _WIDE_SUPPORT_TILE, _WIDE_SUPPORT_WARPS
     else:
         support_tile, support_warps = _SUPPORT_TILE, _SUPPORT_WARPS
+    # One split for every launch where phase 2's launches start with the most to read
+    # before they wait: dense q's rescan and finish, and the support launch of a split
+    # support that is not wide, below 16 requests (8-warp phase-1 programs: _CARVEOUT).
+    one_split = batch < _LARGE_BATCH and (dense or (split_support and not wide))
     return LaunchPlan(
         1,
         block_v,
@@ -337,7 +344,7 @@ def plan_launch(
         support_tile=support_tile,
         support_warps=support_warps,
         ticket=ticket,
-        carveout=_CARVEOUT,
+        carveout=_CARVEOUT if one_split else -1,
     )
 
 

@@ -306,7 +306,7 @@ def test_every_launch_asks_for_the_plans_carveout(
         batch=batch, drafts=5, vocab=VOCAB, seed=59 * batch, q=q, device=DEVICE, support=support
     )
     base = plan_launch(batch, 6, VOCAB, interpreter=False, support=support, dense=q == "dense")
-    assert base.carveout == 100
+    assert base.carveout == (100 if batch < 16 and q != "point" else -1)
     want = verify_chain(**args, validate=False, plan=replace(base, carveout=-1))
     before = dict(carveout_module._asked)
     pinned = replace(base, carveout=37)

@@ -373,7 +373,7 @@ def test_each_case_names_the_selector_plan_it_was_timed_with() -> None:
         "support_tile": 0,  # S = 1 (point drafts): nothing to split (v5 steps 25-26)
         "support_warps": 0,
         "ticket": False,  # no split support: no ticketed finish (v5 step 28)
-        "carveout": 100,  # every launch asks for the largest shared memory (v5 step 33)
+        "carveout": -1,  # point drafts: the driver splits shared memory (v5 step 33)
     }
     assert (large["block_v"], large["num_warps"], large["groups"]) == (128, 4, 4)
     assert large["tma"] is False and large["kind_order"] is False
