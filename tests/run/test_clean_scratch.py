@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import socket
+import stat
 import subprocess
+import threading
+import time
 from pathlib import Path
 
+import orjson
 import pytest
 from typer.testing import CliRunner
 
 from pp3cli.cli.app import app
 from pp3cli.run.errors import EnvironmentProblem, UsageProblem
 from pp3cli.run.scratch import (
+    MARKER_NAME,
     ROOT_TAG,
     RUN_TAG,
+    CleanPlan,
+    _marker_being_written,
+    _tmux_sessions,
     _write_marker,
     ensure_scratch,
     execute_clean,
@@ -178,3 +188,178 @@ def test_a_running_pp3_tmux_session_is_not_killed(planted: dict[str, Path]) -> N
         assert planted["run_a"].is_dir()
     finally:
         subprocess.run([tmux, "-S", str(socket), "kill-server"], capture_output=True, check=False)
+
+
+# ---- Tests that kill mutants the suite missed (a mutation campaign, 2026-12-05)
+
+
+def _fake_tmux(tmp_path: Path, panes: str = "", code: int = 0) -> tuple[Path, Path]:
+    """A stand-in for tmux: logs its arguments, prints ``panes`` (and a line on kill-server,
+    which pp3 must capture), exits with ``code``."""
+    log = tmp_path / "tmux.log"
+    script = tmp_path / "fake-tmux"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" >> "{log}"\n'
+        'case "$*" in *kill-server*) echo "fake tmux: server killed";; esac\n'
+        f"printf '{panes}'\n"
+        f"exit {code}\n"
+    )
+    script.chmod(0o755)
+    return script, log
+
+
+def _use_tmux(monkeypatch: pytest.MonkeyPatch, tmux: Path | None) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name: str(tmux) if tmux else None)
+
+
+def test_repo_root_is_the_folder_holding_pp3cli() -> None:
+    assert (repo_root() / "pp3cli" / "run" / "scratch.py").is_file()
+
+
+def test_a_marker_counts_only_as_a_regular_file_with_the_asked_tag(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    _write_marker(root, ROOT_TAG)
+    assert has_marker(root, ROOT_TAG) and not has_marker(root, RUN_TAG)
+    for name, payload in [("list", b'["pp3-run"]'), ("text", b'"pp3-run"'), ("bad", b"{")]:
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / MARKER_NAME).write_bytes(payload)
+        assert not has_marker(folder, RUN_TAG), name
+    linked_marker = tmp_path / "linked-marker"
+    linked_marker.mkdir()
+    (linked_marker / MARKER_NAME).symlink_to(root / MARKER_NAME)
+    assert not has_marker(linked_marker, ROOT_TAG), "a marker that is a link does not count"
+    link = tmp_path / "link"
+    link.symlink_to(root, target_is_directory=True)
+    assert not has_marker(link, ROOT_TAG), "a folder reached through a link does not count"
+    assert not has_marker(root / MARKER_NAME, ROOT_TAG), "a file is not a folder"
+
+
+def test_scratch_and_run_folders_are_private_and_named_by_command_time_and_hex(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = os.umask(0o022)
+    try:
+        settings = Settings(scratch=tmp_path / "a" / "b" / "scratch", receipts=tmp_path / "r")
+        root = ensure_scratch(settings)  # parents made too
+        assert ensure_scratch(settings) == root, "a marked root is adopted again"
+        run = new_run_dir(settings, "probe")
+    finally:
+        os.umask(old)
+    for folder in (root, root / "runs", run):
+        assert stat.S_IMODE(os.lstat(folder).st_mode) == 0o700, folder
+    assert stat.S_IMODE(os.lstat(run / MARKER_NAME).st_mode) == 0o644
+    assert re.fullmatch(r"probe-\d{8}T\d{12}Z-[0-9a-f]{6}", run.name), run.name
+    marker = orjson.loads((run / MARKER_NAME).read_bytes())
+    assert marker["tag"] == RUN_TAG and marker["command"] == "probe"
+    assert marker["run_id"] == run.name and marker["pid"] == os.getpid()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    adopted = ensure_scratch(Settings(scratch=empty, receipts=tmp_path / "r"))
+    assert adopted == empty.resolve() and has_marker(empty, ROOT_TAG), "an empty folder is adopted"
+
+
+def test_a_scratch_root_that_is_a_file_and_a_runs_link_are_refused(tmp_path: Path) -> None:
+    a_file = tmp_path / "file"
+    a_file.write_text("someone's")
+    with pytest.raises(UsageProblem, match="is not a folder"):
+        ensure_scratch(Settings(scratch=a_file, receipts=tmp_path / "r"))
+    assert a_file.read_text() == "someone's"
+    settings = Settings(scratch=tmp_path / "scratch", receipts=tmp_path / "r")
+    root = ensure_scratch(settings)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (root / "runs").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(EnvironmentProblem, match="not a real folder"):
+        new_run_dir(settings, "qualify")
+    assert list(elsewhere.iterdir()) == [], "nothing is written through the link"
+
+
+def test_a_root_marker_being_written_is_waited_for(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    marker = root / MARKER_NAME
+    marker.write_bytes(b"")  # created (O_EXCL) by another rank, not yet written
+    started = time.monotonic()
+    assert not _marker_being_written(root, wait_s=0.05), "an unfinished marker times out"
+    assert time.monotonic() - started >= 0.05
+    payload = orjson.dumps({"tag": ROOT_TAG, "pid": 0}) + b"\n"
+    writer = threading.Timer(0.1, marker.write_bytes, args=(payload,))
+    writer.start()
+    try:  # the other rank finishes its marker: this one adopts the root instead of refusing
+        assert ensure_scratch(Settings(scratch=root, receipts=tmp_path / "r")) == root.resolve()
+    finally:
+        writer.join()
+    assert _marker_being_written(root, wait_s=0.0), "a finished marker needs no wait"
+    marker.write_bytes(b"")
+    (root / "other").write_text("x")
+    started = time.monotonic()
+    assert not _marker_being_written(root, wait_s=5.0), "another entry: not a rank's root"
+    assert time.monotonic() - started < 1.0, "and no wait for it"
+
+
+def test_a_runs_file_and_a_socket_that_is_a_file_are_not_cleaned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tmux, log = _fake_tmux(tmp_path)
+    _use_tmux(monkeypatch, tmux)
+    root = ensure_scratch(Settings(scratch=tmp_path / "scratch", receipts=tmp_path / "r"))
+    (root / "runs").write_text("not a folder")
+    (root / "tmux").mkdir()
+    tmux_socket(root).write_text("not a socket")
+    plan = plan_clean(root)
+    assert plan.run_dirs == [] and plan.tmux_files == [] and not plan.tmux_server
+    conf = root / "tmux" / "tmux.conf"
+    conf.write_text("set -g remain-on-exit on\n")
+    plan = plan_clean(root)
+    assert plan.tmux_files == [conf] and not plan.tmux_server
+    execute_clean(plan)
+    assert not conf.exists() and tmux_socket(root).read_text() == "not a socket"
+    assert not log.exists(), "no tmux server to stop: tmux is not run"
+
+
+def test_a_dead_pp3_tmux_server_is_stopped_and_its_files_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    tmux, log = _fake_tmux(tmp_path, panes="pp3-old 1\\n", code=1)
+    root = ensure_scratch(Settings(scratch=tmp_path / "s", receipts=tmp_path / "r"))
+    (root / "tmux").mkdir()
+    socket_path = tmux_socket(root)
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(socket_path))
+    conf = root / "tmux" / "tmux.conf"
+    conf.write_text("")
+    try:
+        _use_tmux(monkeypatch, tmux)
+        # list-panes fails (exit 1): no server behind the socket, nothing live
+        plan = plan_clean(root)
+        assert plan.tmux_server and plan.tmux_files == [socket_path, conf]
+        capfd.readouterr()
+        assert execute_clean(plan) == [socket_path, conf]
+        assert capfd.readouterr().out == "", "tmux's output is captured"
+    finally:
+        listener.close()
+    assert f"-S {socket_path} kill-server" in log.read_text()
+    assert not os.path.lexists(socket_path) and not conf.exists()
+
+
+def test_tmux_panes_are_read_from_pp3s_private_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    socket_path = tmp_path / "sock"
+    tmux, log = _fake_tmux(tmp_path, panes="pp3-a 0\\npp3 b 1\\n")
+    _use_tmux(monkeypatch, tmux)
+    assert _tmux_sessions(socket_path) == [("pp3-a", False), ("pp3 b", True)]
+    assert f"-S {socket_path} list-panes -a" in log.read_text()
+    failing, _ = _fake_tmux(tmp_path / "..", panes="pp3-a 0\\n", code=1)
+    _use_tmux(monkeypatch, failing)
+    assert _tmux_sessions(socket_path) == [], "no server behind the socket"
+    _use_tmux(monkeypatch, None)
+    assert _tmux_sessions(socket_path) == [], "no tmux at all"
+    plan = CleanPlan(scratch_root=tmp_path, tmux_server=False)
+    _use_tmux(monkeypatch, tmux)
+    before = log.read_text()
+    execute_clean(plan)
+    assert log.read_text() == before, "no server in the plan: none is stopped"
