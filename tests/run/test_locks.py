@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -14,10 +15,14 @@ import orjson
 import pytest
 import torch
 
+import pp3cli.run.locks as locks_module
 from pp3cli.run.errors import EnvironmentProblem, UsageProblem
 from pp3cli.run.guard import GuardOptions, guarded
 from pp3cli.run.locks import (
     DEFAULT_LOCK_DIR,
+    _ensure_lock_dir,
+    _open_lock_file,
+    _pid_alive,
     device_lock_name,
     gpu_uuid,
     hold_device,
@@ -144,3 +149,93 @@ def test_a_link_planted_as_the_lock_file_is_refused(tmp_path: Path) -> None:
         with hold_device(name, "x"):
             pass
     assert target.read_text() == "keep me\n"
+
+
+# ---- Tests that kill mutants the suite missed (a mutation campaign, 2026-12-05)
+
+
+def test_pid_alive_tells_a_running_process_from_a_reaped_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert _pid_alive(os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    assert not _pid_alive(child.pid)
+
+    def not_yours(pid: int, sig: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "kill", not_yours)
+    assert _pid_alive(child.pid), "a process of another user is alive"
+
+
+def test_a_lock_file_is_everyones_only_when_it_is_ours(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = os.umask(0o022)
+    try:
+        ours = tmp_path / "ours.lock"
+        os.close(_open_lock_file(ours))
+        assert stat.S_IMODE(os.lstat(ours).st_mode) == 0o666, "other users must lock it too"
+        theirs = tmp_path / "theirs.lock"
+        theirs.touch(mode=0o600)
+        real = os.getuid()
+        monkeypatch.setattr(os, "getuid", lambda: real + 1)  # the file is now someone else's
+        os.close(_open_lock_file(theirs))
+        assert stat.S_IMODE(os.lstat(theirs).st_mode) == 0o600, "another's file is left alone"
+    finally:
+        os.umask(old)
+    with pytest.raises(EnvironmentProblem) as err:
+        _open_lock_file(ours / "below-a-file.lock")
+    assert "cannot open the lock file" in str(err.value)
+    assert "symbolic link" not in str(err.value), "only ELOOP is called a link"
+
+
+def test_only_the_fixed_lock_folder_is_opened_to_everyone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = os.umask(0o022)
+    try:
+        private = tmp_path / "a" / "b" / "locks"  # parents made too
+        _ensure_lock_dir(private)
+        assert stat.S_IMODE(os.lstat(private).st_mode) == 0o755
+        fixed = tmp_path / "fixed"
+        monkeypatch.setattr(locks_module, "DEFAULT_LOCK_DIR", fixed)
+        _ensure_lock_dir(fixed)
+        assert stat.S_IMODE(os.lstat(fixed).st_mode) == 0o1777, "sticky, everyone may lock"
+        other = tmp_path / "other-owner"
+        other.mkdir()
+        real = os.getuid()
+        monkeypatch.setattr(locks_module, "DEFAULT_LOCK_DIR", other)
+        monkeypatch.setattr(os, "getuid", lambda: real + 1)
+        _ensure_lock_dir(other)
+        assert stat.S_IMODE(os.lstat(other).st_mode) == 0o755, "another's folder is left alone"
+    finally:
+        os.umask(old)
+    monkeypatch.undo()
+    linked = tmp_path / "linked-locks"
+    linked.symlink_to(private, target_is_directory=True)
+    with pytest.raises(EnvironmentProblem, match="is not a folder"):
+        _ensure_lock_dir(linked)
+
+
+def test_a_lock_names_whether_the_dead_holders_pid_still_runs(private_lock_dir: Path) -> None:
+    name = "host-test"
+    path = private_lock_dir / f"{name}.lock"
+    heard: list[str] = []
+    for pid, state in [(os.getpid(), "still runs (pid reused?)"), ("?", "is gone")]:
+        path.write_bytes(orjson.dumps({"pid": pid, "command": "old", "holder": "x"}))
+        with hold_device(name, "next", notify=heard.append):
+            pass
+        assert heard[-1].endswith(f"that pid {state}"), heard[-1]
+        assert path.stat().st_size == 0, "a clean exit empties the record"
+
+
+def test_an_unreadable_record_is_shown_cut_to_200_characters(private_lock_dir: Path) -> None:
+    name = "host-garbled"
+    (private_lock_dir / f"{name}.lock").write_bytes(b"{" + b"x" * 499)
+    heard: list[str] = []
+    with hold_device(name, "next", notify=heard.append):
+        pass
+    shown = "{" + "x" * 199
+    assert f"record is unreadable ({shown!r})" in heard[0], heard[0]
