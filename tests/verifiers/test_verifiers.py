@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import sys
 from collections.abc import Iterator
@@ -25,8 +26,9 @@ from pp3cli.verifiers import vllm_mrv2
 from pp3cli.verifiers.external import check_signature, is_module_spec
 from pp3cli.verifiers.flashinfer import flashinfer_arguments, flashinfer_verifier
 from pp3cli.verifiers.registry import resolve_spec
+from pp3cli.verifiers.slices import in_slices
 from pp3cli.verifiers.vllm_mrv2 import draft_logits_from_q, point_mass_drafts, vllm_verifier
-from pp3kernels import ChainInputs, ChainVerifier, reference_verify_chain
+from pp3kernels import ChainInputs, ChainResult, ChainVerifier, reference_verify_chain
 
 HERE = Path(__file__).resolve().parent
 SMOKE = PROFILES["smoke"]
@@ -344,3 +346,98 @@ def test_vllm_adapter_slices_large_batches_and_keeps_request_order(
     sliced = inputs.verify_with(vllm_verifier(per_request))
     assert calls[1:] == [4, 4, 4, 4, 4, 3]
     assert all(torch.equal(a, b) for a, b in zip(whole, sliced, strict=True))
+
+
+def _numbered_inputs(batch: int) -> ChainInputs:
+    """A batch whose seeds number its requests (the slicing tests read them back)."""
+    return ChainInputs(
+        torch.zeros(batch, 2, 3),
+        torch.zeros(batch, 1, dtype=torch.int32),
+        torch.ones(batch),
+        torch.arange(batch, dtype=torch.int64),
+        torch.zeros(batch, dtype=torch.int64),
+    )
+
+
+@pytest.mark.parametrize(
+    ("batch", "per_request", "budget", "sizes"),
+    [
+        (10, 3, 7, [2, 2, 2, 2, 2]),  # budget // elements = 2 requests a call
+        (5, 8, 3, [1, 1, 1, 1, 1]),  # a budget below one request still calls one at a time
+        (10, 0, 4, [4, 4, 2]),  # no elements stated: the budget counts requests
+        (0, 8, 3, [0]),  # an empty batch is called once
+        (3, 1, 100, [3]),
+    ],
+)
+def test_in_slices_calls_consecutive_bounded_slices_in_order(
+    batch: int, per_request: int, budget: int, sizes: list[int]
+) -> None:
+    seen: list[list[int]] = []
+
+    def call(inputs: ChainInputs) -> ChainResult:
+        ids = inputs.seed.tolist()
+        seen.append(ids)
+        n = len(ids)
+        return ChainResult(
+            inputs.seed[:, None].repeat(1, 2), inputs.seed.to(torch.int32) % 2, torch.zeros(n)
+        )
+
+    result = in_slices(
+        _numbered_inputs(batch), call, elements_per_request=per_request, budget=budget
+    )
+    assert [len(ids) for ids in seen] == sizes
+    assert [i for ids in seen for i in ids] == list(range(batch)), "every request once, in order"
+    assert result.tokens.shape == (batch, 2) and result.tokens[:, 0].tolist() == list(range(batch))
+    assert result.accepted.tolist() == [i % 2 for i in range(batch)]
+
+
+def test_own_verifiers_resolve_to_their_own_functions() -> None:
+    from pp3kernels import verify_chain
+
+    for spec, function in (("selector", verify_chain), ("reference", reference_verify_chain)):
+        resolved = resolve_spec(spec, root=HERE)
+        assert resolved.verifier is function and resolved.own, spec
+        assert resolved.sources == {} and resolved.details == {"kind": "pp3"}
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            resolved.own = False  # type: ignore[misc]
+
+
+def test_an_explicit_vllm_overlay_is_bound_file_by_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pp3cli.verifiers import overlay
+
+    loaded: list[Path] = []
+
+    def load(found: Path) -> Any:
+        loaded.append(found)
+        return reference_verify_chain
+
+    monkeypatch.setattr(overlay, "load_vllm_rejection_sample", load)
+    folder = tmp_path / "vllm-9.9.9"
+    resolved = resolve_spec("vllm-mrv2", root=HERE, overlay_dir=folder)
+    assert loaded == [folder], "the folder given is used, not searched for"
+    assert not resolved.own and resolved.spec == "vllm-mrv2"
+    assert resolved.sources == {
+        f"overlay/vllm-9.9.9/{path}": folder / path for path in sorted(overlay.VLLM_PINS)
+    }
+    assert resolved.details["overlay"] == "vllm-9.9.9"
+    assert resolved.details["pins"] == dict(sorted(overlay.VLLM_PINS.items()))
+
+
+def test_flashinfer_is_a_peer_with_its_version_and_law_files_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    package = tmp_path / "flashinfer"
+    package.mkdir()
+    name = flashinfer_adapter.LAW_FILES[-1]  # a law file in a subfolder; the others absent
+    (package / name).parent.mkdir(parents=True)
+    (package / name).write_bytes(b"law")
+    found = {"version": "0.0.test", "file": str(package / "__init__.py")}
+    monkeypatch.setattr(
+        flashinfer_adapter, "load_chain_speculative_sampling", lambda: (print, found)
+    )
+    resolved = resolve_spec("flashinfer", root=HERE)
+    assert not resolved.own and resolved.sources == {}
+    assert resolved.details["version"] == "0.0.test"
+    assert resolved.details["files"] == {name: hashlib.sha256(b"law").hexdigest()}
