@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import sys
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from pp3cli.evidence.stats import g_test_homogeneity
 from pp3cli.run.errors import EnvironmentProblem, UsageProblem
 from pp3cli.verifiers import flashinfer as flashinfer_adapter
 from pp3cli.verifiers import vllm_mrv2
-from pp3cli.verifiers.external import check_signature, is_module_spec
+from pp3cli.verifiers.external import check_signature, is_module_spec, load_module_verifier
 from pp3cli.verifiers.flashinfer import flashinfer_arguments, flashinfer_verifier
 from pp3cli.verifiers.registry import resolve_spec
 from pp3cli.verifiers.slices import in_slices
@@ -441,3 +442,24 @@ def test_flashinfer_is_a_peer_with_its_version_and_law_files_recorded(
     assert not resolved.own and resolved.sources == {}
     assert resolved.details["version"] == "0.0.test"
     assert resolved.details["files"] == {name: hashlib.sha256(b"law").hexdigest()}
+
+
+def test_a_module_in_the_current_folder_is_importable_as_with_python_m(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "users_sampler_here.py").write_text("from toy_verifiers import exact as verify\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    verifier, path = load_module_verifier("users_sampler_here:verify")
+    assert path == tmp_path / "users_sampler_here.py" and str(tmp_path) in sys.path
+    monkeypatch.delitem(sys.modules, "users_sampler_here")
+
+
+def test_a_module_without_a_file_binds_no_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    module = types.ModuleType("users_sampler_in_memory")
+    module.verify = reference_verify_chain  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "users_sampler_in_memory", module)
+    verifier, path = load_module_verifier("users_sampler_in_memory:verify")
+    assert path is None
+    resolved = resolve_spec("users_sampler_in_memory:verify", root=HERE)
+    assert resolved.sources == {} and resolved.details["kind"] == "module" and not resolved.own
