@@ -9,6 +9,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -26,6 +27,7 @@ from pp3cli.run.guard import (
     guarded,
     parse_cpu_list,
 )
+from pp3cli.run.power import PowerReading, read_power
 from pp3cli.run.scratch import MARKER_NAME, ensure_scratch, has_marker, new_run_dir, tmux_socket
 from pp3cli.run.settings import Settings
 
@@ -320,3 +322,76 @@ def test_detach_runs_the_command_in_pp3s_private_tmux(settings: Settings) -> Non
         assert killed.returncode == 0, killed.stderr
     finally:
         subprocess.run([tmux, "-S", str(socket), "kill-server"], capture_output=True, check=False)
+
+
+# ---- Tests that kill mutants the suite missed (a mutation campaign, 2026-12-05)
+
+
+def test_the_limit_in_force_is_the_enforced_one_else_the_management_one() -> None:
+    assert PowerReading(enforced_w=650.0, management_w=700.0).limit_w == 650.0
+    assert PowerReading(enforced_w=0.0, management_w=700.0).limit_w == 0.0
+    assert PowerReading(management_w=700.0).limit_w == 700.0
+    assert PowerReading().limit_w is None
+
+
+def test_power_is_read_in_watts_from_the_device_cuda_uses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = FakeNvml(monkeypatch, limit_mw=700_000)
+    asked: list[int] = []
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lambda: 2)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetEnforcedPowerLimit", lambda handle: 650_000)
+
+    def by_index(index: int) -> str:
+        asked.append(index)
+        return f"h{index}"
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByIndex", by_index)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetName", lambda handle: f"Fake {handle}".encode())
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", " 1 ,0")
+    reading = read_power(cuda_available=False)
+    assert (reading.gpu_name, reading.driver, reading.error) == ("Fake h1", "555.42", None)
+    assert (reading.management_w, reading.enforced_w, reading.limit_w) == (700.0, 650.0, 650.0)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-8f3c")  # a UUID: NVML's first device
+    assert read_power(cuda_available=False).gpu_name == "Fake h0"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")  # beyond NVML's two devices
+    missing = read_power(cuda_available=False)
+    assert missing.error == "NVML sees no GPU" and missing.gpu_name is None
+    assert missing.driver == "555.42"
+    assert asked == [1, 0], "no handle is asked for a device NVML does not have"
+    monkeypatch.setattr(
+        torch.cuda,
+        "get_device_properties",
+        lambda index: SimpleNamespace(uuid=f"{1111 * (index + 1)}"),  # cuda:0 is "1111"
+    )
+    by_uuid: list[str] = []
+
+    def handle_by_uuid(uuid: str) -> str:
+        by_uuid.append(uuid)
+        return "by-uuid"
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByUUID", handle_by_uuid)
+    assert read_power(cuda_available=True).gpu_name == "Fake by-uuid"
+    assert by_uuid == ["GPU-1111"]
+
+    def unknown(uuid: str) -> None:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByUUID", unknown)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert read_power(cuda_available=True).gpu_name == "Fake h1", "an unknown UUID: by index"
+    assert fake.setter_calls == []
+
+
+def test_an_unreadable_limit_is_named_and_the_other_still_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    FakeNvml(monkeypatch, limit_mw=500_000)
+
+    def unreadable(handle: object) -> int:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetPowerManagementLimit", unreadable)
+    reading = read_power(cuda_available=False)
+    assert reading.management_w is None and reading.enforced_w == 500.0
+    assert reading.error is not None and "management limit unreadable" in reading.error
