@@ -353,7 +353,8 @@ def test_tmux_panes_are_read_from_pp3s_private_server(
     _use_tmux(monkeypatch, tmux)
     assert _tmux_sessions(socket_path) == [("pp3-a", False), ("pp3 b", True)]
     assert f"-S {socket_path} list-panes -a" in log.read_text()
-    failing, _ = _fake_tmux(tmp_path / "..", panes="pp3-a 0\\n", code=1)
+    (tmp_path / "failing").mkdir()
+    failing, _ = _fake_tmux(tmp_path / "failing", panes="pp3-a 0\\n", code=1)
     _use_tmux(monkeypatch, failing)
     assert _tmux_sessions(socket_path) == [], "no server behind the socket"
     _use_tmux(monkeypatch, None)

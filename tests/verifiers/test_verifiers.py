@@ -450,9 +450,12 @@ def test_a_module_in_the_current_folder_is_importable_as_with_python_m(
     (tmp_path / "users_sampler_here.py").write_text("from toy_verifiers import exact as verify\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
-    verifier, path = load_module_verifier("users_sampler_here:verify")
-    assert path == tmp_path / "users_sampler_here.py" and str(tmp_path) in sys.path
-    monkeypatch.delitem(sys.modules, "users_sampler_here")
+    try:
+        verifier, path = load_module_verifier("users_sampler_here:verify")
+    finally:
+        sys.modules.pop("users_sampler_here", None)
+    assert callable(verifier) and path == tmp_path / "users_sampler_here.py"
+    assert str(tmp_path) in sys.path
 
 
 def test_a_module_without_a_file_binds_no_source(monkeypatch: pytest.MonkeyPatch) -> None:
