@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import re
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from pp3cli.receipts import write as receipts
 from pp3cli.receipts.sources import git_state, source_digests
 from pp3cli.receipts.verify import strict_loads
 from pp3cli.receipts.write import (
+    MANIFEST_NAME,
     SCHEMA_VERSION,
     canonical_json,
     canonical_json_of_parsed,
@@ -194,6 +197,72 @@ def test_an_existing_receipt_is_never_overwritten(
         write(tmp_path / "receipts", root, verdict="FAIL")
     assert first.read_bytes() == original
     assert len((tmp_path / "receipts" / "MANIFEST.jsonl").read_bytes().splitlines()) == 1
+
+
+def test_receipts_and_manifest_are_0644_in_a_folder_made_with_its_parents(tmp_path: Path) -> None:
+    root = make_tree(tmp_path / "tree")
+    folder = tmp_path / "new" / "nested" / "receipts"
+    old_mask = os.umask(0o022)
+    try:
+        path = write(folder, root)
+    finally:
+        os.umask(old_mask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert stat.S_IMODE((folder / MANIFEST_NAME).stat().st_mode) == 0o644
+
+
+@pytest.mark.parametrize("held", [b"", b'{"seq": 7, "file": "torn'], ids=["empty", "torn-only"])
+def test_a_manifest_without_a_complete_line_starts_the_chain_at_one(
+    tmp_path: Path, held: bytes
+) -> None:
+    root = make_tree(tmp_path / "tree")
+    folder = tmp_path / "receipts"
+    folder.mkdir()
+    (folder / MANIFEST_NAME).write_bytes(held)
+    path = write(folder, root)
+    lines = (folder / MANIFEST_NAME).read_bytes().splitlines()
+    assert [orjson.loads(line) for line in lines] == [
+        {"seq": 1, "file": path.name, "sha256": sha(path.read_bytes()), "prev": None}
+    ]
+
+
+def test_a_last_line_without_an_integer_seq_is_refused_and_quoted_to_120_bytes(
+    tmp_path: Path,
+) -> None:
+    root = make_tree(tmp_path / "tree")
+    folder = tmp_path / "receipts"
+    folder.mkdir()
+    line = b'{"seq": "7", "pad": "' + b"x" * 200 + b'"}\n'
+    (folder / MANIFEST_NAME).write_bytes(line)
+    with pytest.raises(Pp3Error, match="last line has no integer seq") as caught:
+        write(folder, root)
+    assert repr(line[:120]) in str(caught.value)
+    assert repr(line[:121]) not in str(caught.value)
+    assert (folder / MANIFEST_NAME).read_bytes() == line
+    assert not list(folder.glob("*.json"))
+
+
+def test_a_writer_failing_before_its_first_line_still_leaves_a_manifest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = make_tree(tmp_path / "tree")
+    folder = tmp_path / "receipts"
+
+    def refuse(path: Path, stored: bytes) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(receipts, "_store_receipt", refuse)
+    with pytest.raises(OSError, match="disk full"):
+        write(folder, root)
+    assert (folder / MANIFEST_NAME).read_bytes() == b""
+
+
+def test_folder_fsync_refuses_a_file(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"")
+    with pytest.raises(NotADirectoryError):
+        receipts._fsync_folder(plain)
+    receipts._fsync_folder(tmp_path)
 
 
 @pytest.mark.parametrize(
