@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from pp3cli.receipts import write as receipts
-from pp3cli.receipts.sources import git_state, source_digests
+from pp3cli.receipts.sources import git_state, source_digests, subject_names
 from pp3cli.receipts.verify import strict_loads
 from pp3cli.receipts.write import (
     MANIFEST_NAME,
@@ -88,6 +88,8 @@ def test_canonical_json_refuses_non_string_keys() -> None:
 
 def test_source_digests_cover_code_kernels_and_packaging(tmp_path: Path) -> None:
     root = make_tree(tmp_path)
+    (root / "kernels" / "__pycache__" / "stale.py").write_text("# a cache, not a source\n")
+    (root / "pp3cli" / "folder.py").mkdir()  # a folder, though its name matches *.py
     pinned = tmp_path / "pinned.py"
     pinned.write_text("# pinned external\n")
     digests = source_digests(root, {"external/pinned.py": pinned})
@@ -145,6 +147,27 @@ def write(receipts_dir: Path, root: Path, **overrides: object) -> Path:
     }
     arguments.update(overrides)
     return write_receipt(receipts_dir, "probe", **arguments)  # type: ignore[arg-type]
+
+
+def test_git_state_is_unknown_where_git_status_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = tmp_path / "git"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'for word in "$@"; do [ "$word" = rev-parse ] && { echo ' + "a" * 40 + "; exit 0; }; done\n"
+        "echo 'fatal: index file corrupt' >&2; exit 128\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setattr(shutil, "which", lambda name: str(fake))
+    assert git_state(tmp_path) == {"commit": "a" * 40, "dirty": None}
+
+
+def test_subject_names_judge_kernels_and_only_the_extra_names_that_were_digested() -> None:
+    digested = {"kernels/a.py": "1", "pp3cli/b.py": "2", "vendor/sampler.py": "3"}
+    extra = ["vendor/sampler.py", "vendor/never_hashed.py"]
+    assert subject_names(digested, extra) == ["kernels/a.py", "vendor/sampler.py"]
+    assert subject_names(digested) == ["kernels/a.py"]
 
 
 def test_write_receipt_is_an_in_toto_statement(tmp_path: Path) -> None:
