@@ -36,13 +36,14 @@ def test_histograms_put_every_kind_of_malformed_row_last() -> None:
         ([2, -1, *pad], 1, 0),  # final token -1
         ([5, -1, *pad], 0, 0),  # accepted 0, final token 5
         ([1] * k + [4], k, 0),  # every draft accepted, bonus token 4
+        ([0, -1, *pad], 0, 0),  # accepted 0, final token 0 (the lowest id)
     ]
     result = _result([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
     got = sampled_histograms(target, result)
     accepted = np.zeros(k + 2, dtype=np.int64)
-    accepted[[1, k + 1, 0, k]] = [3, 3, 1, 1]  # rows 0, 4, 5 | 1, 2, 3 | 6 | 7
+    accepted[[1, k + 1, 0, k]] = [3, 3, 2, 1]  # rows 0, 4, 5 | 1, 2, 3 | 6, 8 | 7
     final = np.zeros(vocab + 1, dtype=np.int64)
-    final[[3, 5, 4, vocab]] = [1, 1, 1, 5]
+    final[[3, 5, 4, 0, vocab]] = [1, 1, 1, 1, 5]
     assert np.array_equal(got["accepted"], accepted), got["accepted"]
     assert np.array_equal(got["final"], final), got["final"]
 

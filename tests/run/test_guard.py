@@ -17,6 +17,7 @@ import pynvml
 import pytest
 import torch
 
+from pp3cli.cli.options import RUN_PARAMETERS
 from pp3cli.receipts.write import canonical_json
 from pp3cli.run.detach import start_detached
 from pp3cli.run.errors import EnvironmentProblem, UsageProblem
@@ -27,8 +28,17 @@ from pp3cli.run.guard import (
     guarded,
     parse_cpu_list,
 )
+from pp3cli.run.locks import device_lock_name, hold_scratch, lock_dir
 from pp3cli.run.power import PowerReading, read_power
-from pp3cli.run.scratch import MARKER_NAME, ensure_scratch, has_marker, new_run_dir, tmux_socket
+from pp3cli.run.scratch import (
+    MARKER_NAME,
+    RUN_TAG,
+    RUNS_DIR,
+    ensure_scratch,
+    has_marker,
+    new_run_dir,
+    tmux_socket,
+)
 from pp3cli.run.settings import Settings
 
 HOLDER = textwrap.dedent(
@@ -80,6 +90,7 @@ class FakeNvml:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, limit_mw: int) -> None:
         self.setter_calls: list[str] = []
+        self.limit_mw = limit_mw  # what every later reading returns
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
         for name in dir(pynvml):
             if name.startswith(("nvmlDeviceSet", "nvmlSet")):
@@ -91,8 +102,8 @@ class FakeNvml:
             "nvmlDeviceGetHandleByIndex": lambda index: f"handle-{index}",
             "nvmlSystemGetDriverVersion": lambda: "555.42",
             "nvmlDeviceGetName": lambda handle: "Fake H200",
-            "nvmlDeviceGetPowerManagementLimit": lambda handle: limit_mw,
-            "nvmlDeviceGetEnforcedPowerLimit": lambda handle: limit_mw,
+            "nvmlDeviceGetPowerManagementLimit": lambda handle: self.limit_mw,
+            "nvmlDeviceGetEnforcedPowerLimit": lambda handle: self.limit_mw,
         }
         for name, function in readings.items():
             monkeypatch.setattr(pynvml, name, function)
@@ -106,7 +117,8 @@ class FakeNvml:
 
 
 def test_cpu_list_syntax() -> None:
-    assert parse_cpu_list("12-15,28-31") == [12, 13, 14, 15, 28, 29, 30, 31]
+    assert parse_cpu_list("0-6:3, 1") == [0, 1, 3, 6]
+    assert parse_cpu_list("3-3") == [3]
     assert parse_cpu_list("0-6:3, 1") == [0, 1, 3, 6]
     assert format_cpu_list([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
     for bad in ("a-b", "3-1", "", "-2", "0-4:0"):
@@ -130,7 +142,13 @@ def test_cpus_that_do_not_exist_are_refused_with_exit_2(settings: Settings) -> N
 
 @pytest.mark.parametrize(
     ("nice", "threads", "power", "fragment"),
-    [(20, 8, None, "--nice 20"), (19, 0, None, "--threads 0"), (19, 8, -5.0, "-5.0")],
+    [
+        (20, 8, None, "--nice 20"),
+        (-21, 8, None, "--nice -21"),
+        (19, 0, None, "--threads 0"),
+        (19, 8, -5.0, "-5.0"),
+        (19, 8, 0.0, "--expect-power-limit 0.0"),
+    ],
 )
 def test_bad_guard_options_exit_2(
     nice: int, threads: int, power: float | None, fragment: str
@@ -138,6 +156,101 @@ def test_bad_guard_options_exit_2(
     with pytest.raises(UsageProblem) as err:
         guard_options(None, nice, threads, power, False)
     assert err.value.exit_code == 2 and fragment in str(err.value), str(err.value)
+
+
+def test_guard_options_at_their_edges_are_kept() -> None:
+    assert guard_options("0", -20, 1, 0.5, True) == GuardOptions("0", -20, 1, 0.5, True)
+    assert guard_options(None, 19, 1, None, False) == GuardOptions(threads=1)
+
+
+def test_guard_options_default_to_the_commands_defaults() -> None:
+    """A guard built in code (a distributed rank's, a test's) runs as the CLI's would."""
+    defaults = {parameter.name: parameter.default for parameter in RUN_PARAMETERS}
+    keys = ("cpus", "nice", "threads", "expect_power_limit", "detach")
+    assert GuardOptions() == guard_options(*(defaults[key] for key in keys))
+
+
+@pytest.mark.parametrize(("expected_w", "passes"), [(700.5, True), (699.6, True), (700.6, False)])
+def test_the_power_limit_matches_within_half_a_watt(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, expected_w: float, passes: bool
+) -> None:
+    FakeNvml(monkeypatch, limit_mw=700_000)
+    ran = []
+    options = quiet_options(expect_power_limit=expected_w)
+    if passes:
+        with guarded("power", settings, options, require_gpu=False):
+            ran.append(True)
+        assert ran == [True]
+    else:
+        with pytest.raises(EnvironmentProblem, match="GPU power limit is 700 W, expected 700.6 W"):
+            with guarded("power", settings, options, require_gpu=False):
+                ran.append(True)
+        assert ran == []
+
+
+def test_a_detached_parents_run_folder_is_used_only_if_it_is_this_commands_in_runs(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """PP3_RUN_DIR names the folder a detached parent prepared; a folder of another command,
+    or a marked copy outside the scratch root's runs, is not written into."""
+    prepared = new_run_dir(settings, "probe")
+    other_command = new_run_dir(settings, "oracle")
+    elsewhere = tmp_path / "elsewhere" / prepared.name
+    shutil.copytree(prepared, elsewhere)
+    assert has_marker(elsewhere, RUN_TAG)
+    for inherited, used in [(prepared, True), (other_command, False), (elsewhere, False)]:
+        monkeypatch.setenv("PP3_RUN_DIR", str(inherited))
+        with guarded("probe", settings, quiet_options(), require_gpu=False) as record:
+            run_dir = record.run_dir
+        assert (run_dir == inherited) is used, (inherited, run_dir)
+        assert run_dir.parent == ensure_scratch(settings) / RUNS_DIR
+
+
+def test_a_rank_without_the_host_lock_records_the_lock_its_local_rank_0_holds(
+    settings: Settings,
+) -> None:
+    with guarded("qualify", settings, quiet_options(lock=False), require_gpu=False) as record:
+        name = device_lock_name(None, cuda_available=record.cuda_available)
+        assert record.lock_path == lock_dir() / f"{name}.lock"
+
+
+def test_guarded_runs_share_the_scratch_root(settings: Settings) -> None:
+    """A run holds the scratch root shared: a second rank's guard (no host lock) runs beside
+    it; only clean-scratch, which holds it exclusive, is refused meanwhile."""
+    with guarded("qualify", settings, quiet_options(), require_gpu=False) as first:
+        with guarded("qualify", settings, quiet_options(lock=False), require_gpu=False) as rank:
+            assert rank.run_dir != first.run_dir
+        with pytest.raises(EnvironmentProblem, match="another pp3 is running"):
+            with hold_scratch(ensure_scratch(settings), "clean-scratch", exclusive=True):
+                pass
+
+
+def test_the_power_limit_after_is_read_at_exit_and_then_kept(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nvml = FakeNvml(monkeypatch, limit_mw=700_000)
+    with guarded("power", settings, quiet_options(), require_gpu=False) as record:
+        nvml.limit_mw = 650_000  # someone else changed it during the run
+        assert record.environment()["power_limit_after_w"] == 650.0
+        nvml.limit_mw = 600_000
+    nvml.limit_mw = 500_000  # after the run: not this run's reading
+    environment = record.environment()
+    assert environment["power_limit_before_w"] == 700.0
+    assert environment["power_limit_after_w"] == 600.0
+
+
+def test_an_inherited_affinity_is_recorded_and_restored(settings: Settings) -> None:
+    """Without --cpus the guard leaves the affinity this process has (here one CPU, narrower
+    than what other processes may have), records it, and restores it on exit."""
+    before = os.sched_getaffinity(0)
+    cpu = max(before)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        with guarded("affinity", settings, quiet_options(), require_gpu=False) as record:
+            assert record.environment()["affinity"] == [cpu]
+        assert os.sched_getaffinity(0) == {cpu}
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def test_lock_held_by_another_process_fails_at_once_naming_it(
@@ -199,21 +312,28 @@ def test_guard_applies_and_restores_affinity_threads_and_writes_lock_info(
     canonical_json(environment)  # JSON-safe: raises on anything else
 
 
-def test_guard_raises_niceness_in_a_fresh_process(settings: Settings) -> None:
+@pytest.mark.parametrize(
+    ("start", "target", "inside"), [(0, 19, 19), (5, 10, 10), (10, 10, 10), (12, 10, 12)]
+)
+def test_guard_raises_niceness_in_a_fresh_process_and_never_lowers_it(
+    settings: Settings, start: int, target: int, inside: int
+) -> None:
     script = textwrap.dedent(
         f"""
         import os
         from pathlib import Path
         from pp3cli.run.guard import GuardOptions, guarded
         from pp3cli.run.settings import Settings
+        os.nice({start})
         settings = Settings(scratch=Path({str(settings.scratch)!r}), receipts=Path("r"))
-        with guarded("nice", settings, GuardOptions(nice=19, threads=1), require_gpu=False) as rec:
+        options = GuardOptions(nice={target}, threads=1)
+        with guarded("nice", settings, options, require_gpu=False) as rec:
             print(os.nice(0), rec.environment()["nice"])
         """
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["19", "19"], done.stdout
+    assert done.stdout.split() == [str(inside), str(inside)], done.stdout
 
 
 def test_power_limit_mismatch_exits_3_before_work(
