@@ -77,6 +77,8 @@ def test_calls_are_split_disjointly_and_completely(world: int) -> None:
     assert all(len(ranks) == 1 for ranks in owners.values())
     per_rank = [sum(ranks == [r] for ranks in owners.values()) for r in range(world)]
     assert max(per_rank) - min(per_rank) <= 1, per_rank
+    # the documented numbering: call c of target t is item t * calls + c, owned by item % N
+    assert all(owners[t, c] == [(t * calls + c) % world] for t, c in owners)
 
 
 def test_launcher_command_line_is_torchruns() -> None:
