@@ -8,9 +8,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from pp3cli.evidence.pairing import _same_t0, pair_t0, sampled_histograms
+from pp3cli.evidence.pairing import _same_t0, pair_sampled, pair_t0, sampled_histograms
+from pp3cli.evidence.profiles import PROFILES
 from pp3cli.evidence.targets import TARGETS
 from pp3kernels import ChainResult, reference_verify_chain
+
+SMOKE = PROFILES["smoke"]
 
 
 def _result(tokens: list[list[int]], accepted: list[int], status: list[int]) -> ChainResult:
@@ -82,3 +85,63 @@ def test_pair_t0_numbers_its_batches_and_requests() -> None:
         reference_verify_chain, disagrees, 12, device=torch.device("cpu"), seed=3, batch=12
     )
     assert many == 12 and [e["request"] for e in capped] == list(range(10))  # 10 by default
+
+    many, capped = pair_t0(
+        reference_verify_chain, disagrees, 16, device=torch.device("cpu"), seed=3, batch=4
+    )  # the cap holds across batches too
+    assert many == 16 and [e["request"] for e in capped] == list(range(10))
+    assert [e["batch"] for e in capped] == [0, 0, 0, 0, 1, 1, 1, 1, 2, 2]
+    single, numbered = pair_t0(
+        reference_verify_chain, disagrees, 3, device=torch.device("cpu"), seed=3, batch=1
+    )
+    assert single == 3 and [e["batch"] for e in numbered] == [0, 1, 2]
+
+
+def test_pair_t0_compares_its_t0_rows_alone_in_calls_of_alternating_depth() -> None:
+    """Each call holds T0 (even) and T1 (odd) rows, K = 4 then 5 then 4...; a second
+    verifier that differs on T1 rows only is no mismatch, one that differs on T0 rows is;
+    no two requests share a Philox position."""
+    calls: list[dict[str, Any]] = []
+
+    def changes(rows: slice) -> Any:
+        def verifier(*args: Any, **kwargs: Any) -> ChainResult:
+            out = reference_verify_chain(*args, **kwargs)
+            drafts, tau, position = args[1], args[2], args[4]
+            calls.append({"k": drafts.shape[1], "tau": tau.tolist(), "position": position})
+            tokens = out.tokens.clone()
+            tokens[rows, 0] = (tokens[rows, 0] + 1) % args[0].shape[-1]
+            return ChainResult(tokens, out.accepted, out.status)
+
+        return verifier
+
+    cpu = torch.device("cpu")
+    t1_only = pair_t0(reference_verify_chain, changes(slice(1, None, 2)), 5, device=cpu, seed=4,
+                      batch=2)  # fmt: skip
+    assert t1_only == (0, ())
+    assert [call["k"] for call in calls] == [4, 5, 4]
+    assert all(tau[0::2] == [0.0] * len(tau[0::2]) for tau in (c["tau"] for c in calls))
+    assert all(t > 0 for c in calls for t in c["tau"][1::2])
+    positions = torch.cat([c["position"] for c in calls])
+    assert len(set(positions.tolist())) == positions.numel() == 2 * 5
+    calls.clear()
+    t0_changed = pair_t0(reference_verify_chain, changes(slice(0, None, 2)), 5, device=cpu,
+                         seed=4, batch=2)  # fmt: skip
+    assert t0_changed[0] == 5
+
+
+def test_pair_sampled_compares_the_two_verifiers_laws() -> None:
+    """The same law on both sides gives the same counts (one seed); a second verifier at
+    twice the temperature has another law, and the tests compare the two sides."""
+
+    def hotter(*args: Any, **kwargs: Any) -> ChainResult:
+        logits, drafts, tau, *rest = args
+        return reference_verify_chain(logits, drafts, 2 * tau, *rest, **kwargs)
+
+    target = next(t for t in TARGETS if t.name == "sparse_tails")
+    kwargs: dict[str, Any] = {"device": torch.device("cpu"), "seed": 6, "profile": SMOKE}
+    same = pair_sampled(reference_verify_chain, reference_verify_chain, [target], 2000, **kwargs)
+    assert [r.name for r in same] == ["pair/sparse_tails/accepted", "pair/sparse_tails/final"]
+    assert all(r.first == r.second for r in same)
+    differ = pair_sampled(reference_verify_chain, hotter, [target], 2000, **kwargs)
+    assert all(r.first == s.first for r, s in zip(differ, same, strict=True))
+    assert min(r.result.p_value for r in differ) < 1e-9, [r.result for r in differ]
