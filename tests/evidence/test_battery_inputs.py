@@ -3,13 +3,24 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
 
 from pp3cli.evidence.profiles import CAPPED_REPEATS, PROFILES
-from pp3cli.evidence.qualify import GREEDY_VOCAB, _greedy_batch, count_members, target_calls
+from pp3cli.evidence.qualify import (
+    GREEDY_VOCAB,
+    _greedy_batch,
+    as_target_form,
+    count_members,
+    target_calls,
+    target_inputs,
+)
+from pp3cli.evidence.shares import RankShare
 from pp3cli.evidence.targets import TARGETS, target_by_name
+from pp3cli.run.ranks import RankGroup, RankPlace
 from pp3kernels import ChainResult
 
 SMOKE = PROFILES["smoke"]
@@ -92,3 +103,54 @@ def test_greedy_batches_hold_ties_signed_zeros_masks_and_both_kinds_of_row() -> 
     greedy = logits.argmax(axis=-1)[:, :5]
     assert 0.6 < (drafts == greedy).mean() < 0.9
     assert (drafts == -1).any() and ((drafts >= -1) & (drafts < GREEDY_VOCAB)).all()
+
+
+def test_target_inputs_place_requests_and_invalidate_odd_ones() -> None:
+    """Request r of target t sits at position (t << 40) + 8 r; the target's invalid row is
+    -1 on odd requests only."""
+    target = target_by_name("invalidated_proposals")
+    assert target.invalid_row is not None
+    index = torch.arange(10, 30)
+    inputs = target_inputs(target, index, seed=2, target_index=5)
+    assert torch.equal(inputs.position, (5 << 40) + 8 * index)
+    row = inputs.draft_tokens[:, target.invalid_row]
+    assert (row[1::2] == -1).all() and (row[0::2] >= 0).all()
+    assert (inputs.temperature == target.tau).all() and (inputs.seed == 2).all()
+
+
+def test_dense_form_is_counts_over_c_with_padding_adding_nothing() -> None:
+    target = next(t for t in TARGETS if t.q_form == "dense")
+    sparse = target_inputs(target, torch.arange(4), seed=1, target_index=0)
+    assert sparse.q_ids is not None and sparse.q_counts is not None
+    padded = replace(
+        sparse,
+        q_ids=torch.cat([sparse.q_ids, torch.full_like(sparse.q_ids[..., :1], -1)], dim=-1),
+        q_counts=torch.cat([sparse.q_counts, torch.zeros_like(sparse.q_counts[..., :1])], dim=-1),
+    )
+    dense = as_target_form(target, padded)
+    assert dense.q_ids is None and dense.q_counts is None and dense.denominator is None
+    assert dense.q_dense is not None
+    want = torch.zeros(4, target.k, target.vocab)
+    want.scatter_(-1, sparse.q_ids.long(), sparse.q_counts.float() / target.denominator)
+    assert torch.equal(dense.q_dense, want)
+    sparse_target = target_by_name("sparse_tails")
+    same = target_inputs(sparse_target, torch.arange(4), seed=1, target_index=0)
+    assert as_target_form(sparse_target, same) is same
+
+
+def test_a_rank_runs_the_calls_the_documented_numbering_gives_it() -> None:
+    """Call c of target t is work item t * calls + c, run by rank item % N (shares.py)."""
+    target = target_by_name("sparse_tails")
+    size = 2000 // SMOKE.repeats
+    owned: dict[int, list[int]] = {}
+    for rank in range(3):
+        share = RankShare(RankGroup(RankPlace(rank, 3, rank, 3), "gloo", "cpu"))
+        for inputs in target_calls(
+            target, 2, 2000, device=torch.device("cpu"), seed=1, profile=SMOKE, share=share,
+            task="t",
+        ):  # fmt: skip
+            first = int(inputs.position[0]) - (2 << 40)
+            assert first % (8 * size) == 0 and len(inputs.position) == size
+            owned.setdefault(rank, []).append(first // (8 * size))
+    calls = SMOKE.repeats
+    assert owned == {r: [c for c in range(calls) if (2 * calls + c) % 3 == r] for r in range(3)}
