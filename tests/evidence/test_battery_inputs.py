@@ -143,8 +143,8 @@ def test_a_rank_runs_the_calls_the_documented_numbering_gives_it() -> None:
     target = target_by_name("sparse_tails")
     size = 2000 // SMOKE.repeats
     owned: dict[int, list[int]] = {}
-    for rank in range(3):
-        share = RankShare(RankGroup(RankPlace(rank, 3, rank, 3), "gloo", "cpu"))
+    for rank in range(4):
+        share = RankShare(RankGroup(RankPlace(rank, 4, rank, 4), "gloo", "cpu"))
         for inputs in target_calls(
             target, 2, 2000, device=torch.device("cpu"), seed=1, profile=SMOKE, share=share,
             task="t",
@@ -153,4 +153,4 @@ def test_a_rank_runs_the_calls_the_documented_numbering_gives_it() -> None:
             assert first % (8 * size) == 0 and len(inputs.position) == size
             owned.setdefault(rank, []).append(first // (8 * size))
     calls = SMOKE.repeats
-    assert owned == {r: [c for c in range(calls) if (2 * calls + c) % 3 == r] for r in range(3)}
+    assert owned == {r: [c for c in range(calls) if (2 * calls + c) % 4 == r] for r in range(4)}
