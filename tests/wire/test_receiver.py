@@ -226,3 +226,77 @@ def test_caller_errors_raise() -> None:
         recv.admit(rids[0], temperature=1.0)
     recv.release(rids[0])
     assert not recv.owns(rids[0])
+
+
+def test_stats_count_each_round_and_reason() -> None:
+    """A stale frame falls back under its reason; a frame whose CRC fails names no request
+    it could be trusted for, so its request counts as missing, like one that sent nothing."""
+    recv, rids, drafts, ids, counts, temperature = _setup()
+    frames = _frames(drafts, ids, counts, temperature, rids)
+    frames[1] = _reencode(1, drafts, ids, counts, temperature, rids, generation=0)
+    frames[3] = frames[3][:-1] + bytes([frames[3][-1] ^ 1])
+    first = recv.receive_round(rids, frames[:5])  # the last request sends nothing
+    assert first.fallback.tolist() == [False, True, False, True, False, True]
+    fallbacks = {r.request_id: r.message for r in first.refusals if r.fallback}
+    assert fallbacks[rids[1]] == f"request {rids[1]}: its frame was refused (stale_generation)"
+    assert fallbacks[rids[3]] == fallbacks[rids[5]].replace(str(rids[5]), str(rids[3]))
+    assert fallbacks[rids[5]] == f"request {rids[5]}: no frame arrived in round 0"
+    second = recv.receive_round(rids, _frames(drafts, ids, counts, temperature, rids, sequence=1))
+    assert not second.fallback.any()
+    assert recv.stats.to_json() == {
+        "rounds": 2,
+        "frames_received": 5 + 6,
+        "frames_accepted": 3 + 6,
+        "frames_refused": 2,
+        "requests_verified": 3 + 6,
+        "fallbacks": 3,
+        "refused_by_reason": {"stale_generation": 1, "crc_mismatch": 1},
+        "fallback_by_reason": {"stale_generation": 1, "missing": 2},
+    }
+    assert type(recv.stats.to_json()["refused_by_reason"]) is dict
+
+
+@pytest.mark.parametrize(
+    ("vocab", "k", "s", "c", "fragment"),
+    [
+        (0, K, S, C, "vocab_size 0"),
+        (V, 0, S, C, "K 0"),
+        (V, K, 0, C, "S 0"),
+        (V, K, S, 0, "denominator 0"),
+        (V, K, S, 12, "denominator 12"),
+        (V, K, S, 1 << 25, "denominator 33554432"),
+    ],
+)
+def test_a_receiver_of_impossible_shape_is_refused(
+    vocab: int, k: int, s: int, c: int, fragment: str
+) -> None:
+    with pytest.raises(ValueError, match=fragment):
+        rx.DraftReceiver(
+            slot="s", vocab_size=vocab, num_positions=k, support_width=s, denominator=c
+        )
+
+
+@pytest.mark.parametrize("c", [1, 1 << 24])
+def test_the_smallest_receiver_and_the_denominators_range(c: int) -> None:
+    recv = rx.DraftReceiver(slot="s", vocab_size=1, num_positions=1, support_width=1, denominator=c)
+    recv.admit(0, temperature=0.0)
+    assert recv.owns(0)
+
+
+@pytest.mark.parametrize("temperature", [-1.0, float("nan"), float("inf")])
+def test_a_request_needs_a_finite_temperature_at_least_0(temperature: float) -> None:
+    recv, *_ = _setup()
+    with pytest.raises(ValueError, match=f"temperature {temperature} must be >= 0"):
+        recv.admit(7, temperature=temperature)
+    assert not recv.owns(7)
+
+
+def test_a_request_starts_at_generation_0_and_each_generation_at_sequence_0() -> None:
+    _, _, drafts, ids, counts, temperature = _setup(batch=1)
+    recv = rx.DraftReceiver(slot="s", vocab_size=V, num_positions=K, support_width=S, denominator=C)
+    recv.admit(9, temperature=float(temperature[0]))
+    first = recv.receive_round([9], _frames(drafts, ids, counts, temperature, [9], generation=0))
+    assert not first.fallback.any()
+    assert recv.new_generation(9) == 1
+    again = recv.receive_round([9], _frames(drafts, ids, counts, temperature, [9], generation=1))
+    assert not again.fallback.any() and again.refusals == []
