@@ -13,12 +13,12 @@ from test_wire import C, V, forge
 from pp3cli.wire import frames as wire
 
 
-def _sealed(k: int, s: int, lengths: list[int], ids: list[int], counts: list[int], *,
-            length: int) -> bytes:  # fmt: skip
-    """A frame whose declared length and contents are given as they are (valid CRC)."""
+def _sealed(k: int, s: int, drafts: list[int], lengths: list[int], ids: list[int],
+            counts: list[int], *, length: int) -> bytes:  # fmt: skip
+    """A T1 frame whose header claims K = k, S = s and ``length``, carrying exactly the
+    sections given, however few (valid CRC)."""
     header = wire.HEADER.pack(wire.MAGIC, wire.VERSION, 0, 7, 2, 5, k, s, C, 1.0, length)
-    drafts = [ids[0]] * k if ids else [0] * k
-    body = struct.pack(f"<{k}i{len(lengths)}I", *drafts, *lengths)
+    body = struct.pack(f"<{len(drafts)}i{len(lengths)}I", *drafts, *lengths)
     body += struct.pack(f"<{len(ids)}i{len(counts)}i", *ids, *counts)
     return wire.seal(header + body)
 
@@ -72,8 +72,7 @@ def test_each_refusal_names_where_and_the_value(frame: bytes, fragment: str) -> 
 
 def test_a_declared_length_short_of_the_proposals_is_refused_before_reading_them() -> None:
     length = wire.MIN_FRAME_SIZE + 8  # room for one proposal and its n_k, not three
-    header = wire.HEADER.pack(wire.MAGIC, wire.VERSION, 0, 7, 2, 5, 3, 1, C, 1.0, length)
-    short = wire.seal(header + struct.pack("<iI", 3, 1))
+    short = _sealed(3, 1, [3], [1], [], [], length=length)
     assert len(short) == length
     with pytest.raises(wire.FrameLengthError, match="declared length 60 < 76 needed for K = 3"):
         wire.decode_frame(short, vocab_size=V)
@@ -81,7 +80,7 @@ def test_a_declared_length_short_of_the_proposals_is_refused_before_reading_them
 
 def test_a_declared_length_that_disagrees_with_the_support_sizes_is_refused() -> None:
     # two entries claimed by n_0, one carried
-    frame = _sealed(1, 4, [2], [3], [C], length=wire.MIN_FRAME_SIZE + 8 + 8)
+    frame = _sealed(1, 4, [3], [2], [3], [C], length=wire.MIN_FRAME_SIZE + 8 + 8)
     with pytest.raises(wire.FrameLengthError, match="with 2 support entries needs 76$"):
         wire.decode_frame(frame, vocab_size=V)
 
