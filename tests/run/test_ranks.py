@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -15,9 +18,12 @@ import pytest
 from pp3cli.evidence.shares import RankShare
 from pp3cli.run.errors import EXIT_RANK_FAILED, RankFailed, UsageProblem
 from pp3cli.run.ranks import (
+    EXCHANGE_TIMEOUT_S,
     RankGroup,
     RankPlace,
+    _exchange,
     launch,
+    process_group,
     split_cpus,
     strip_option,
     torchrun_arguments,
@@ -169,3 +175,100 @@ def test_a_scratch_root_another_rank_is_marking_is_waited_for(tmp_path: Path) ->
         assert ensure_scratch(Settings(scratch=root, receipts=tmp_path)) == root.resolve()
     finally:
         writer.join()
+
+
+def test_place_refuses_local_ranks_outside_the_local_world_and_takes_the_smallest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    values = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    place = RankPlace.from_environment()
+    assert place == RankPlace(0, 1, 0, 1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        place.rank = 1  # type: ignore[misc]
+    monkeypatch.setenv("LOCAL_RANK", "1")  # local rank == local world size
+    with pytest.raises(UsageProblem, match="local alike"):
+        RankPlace.from_environment()
+
+
+@pytest.mark.parametrize(
+    ("error", "shown"), [("", "no message"), ("first line\nsecond line", "first line)")]
+)
+def test_a_failed_exchange_names_the_errors_first_line_and_the_documented_timeout(
+    error: str, shown: str
+) -> None:
+    group = RankGroup(RankPlace(1, 2, 1, 2), "gloo", "cpu")
+    with pytest.raises(RankFailed) as caught, _exchange(group, "gather counts"):
+        raise RuntimeError(error)
+    message = str(caught.value)
+    assert message.startswith("rank 1/2: gather counts failed (RuntimeError: " + shown)
+    assert "second line" not in message
+    within = f"within {EXCHANGE_TIMEOUT_S:g} s"
+    assert within in message
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    assert within in (docs / "exit-codes.md").read_text()  # what users are told
+    assert f"timeout ({EXCHANGE_TIMEOUT_S:g} s" in (docs / "qualify.md").read_text()
+
+
+def test_a_gpu_rank_past_torchs_gpus_is_refused_before_any_device_is_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torch
+
+    chosen: list[int] = []
+
+    def set_device(index: int) -> None:
+        chosen.append(index)
+        raise RuntimeError("stop here: the check passed")
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", set_device)
+    with pytest.raises(UsageProblem, match="local rank 1 has no GPU: torch sees 1"):
+        with process_group(RankPlace(1, 2, 1, 2), cuda=True):
+            pass
+    assert chosen == []
+    with pytest.raises(RuntimeError, match="stop here"):
+        with process_group(RankPlace(0, 2, 0, 2), cuda=True):
+            pass
+    assert chosen == [0]
+
+
+def test_a_one_rank_gloo_group_gathers_objects_and_counts_and_is_left(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import numpy as np
+    import torch.distributed as dist
+
+    with socket.socket() as probe:  # a free local port for the group's store
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for name, value in {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    with process_group(RankPlace(0, 1, 0, 1), cuda=False) as group:
+        assert (group.backend, group.device, group.rank, group.world_size) == ("gloo", "cpu", 0, 1)
+        assert group.gather_objects({"calls": 3}) == [{"calls": 3}]
+        counts = group.gather_counts(np.array([4, 0, 7], dtype=np.int32))
+        assert counts.dtype == np.int64 and counts.tolist() == [[4, 0, 7]]
+        assert group.owns(0) and group.owns(5)
+    assert not dist.is_initialized()
+
+
+def test_one_rank_is_launched_as_torchrun_with_one_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch.distributed.run as torchrun
+
+    seen: list[tuple[int, str, list[str]]] = []
+
+    def run(parsed: argparse.Namespace) -> None:
+        seen.append(
+            (int(parsed.nproc_per_node), parsed.training_script, parsed.training_script_args)
+        )
+
+    monkeypatch.setattr(torchrun, "run", run)
+    launch(1, ["qualify", "--seed", "3"])
+    assert seen == [(1, "pp3cli", ["qualify", "--seed", "3"])]
