@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import torch
 
 from pp3cli.cli.options import RUN_PARAMETERS
 from pp3cli.receipts.write import canonical_json
-from pp3cli.run.detach import start_detached
+from pp3cli.run.detach import _detach_environment, start_detached
 from pp3cli.run.errors import EnvironmentProblem, UsageProblem
 from pp3cli.run.guard import (
     GuardOptions,
@@ -520,3 +521,98 @@ def test_an_unreadable_limit_is_named_and_the_other_still_read(
     reading = read_power(cuda_available=False)
     assert reading.management_w is None and reading.enforced_w == 500.0
     assert reading.error is not None and "management limit unreadable" in reading.error
+
+
+def test_a_detached_run_takes_the_launching_shells_variables_and_pp3s_settings(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", "/opt/bin:/usr/bin")
+    monkeypatch.delenv("LC_ALL", raising=False)
+    monkeypatch.setenv("PP3_ZETA", "kept")
+    monkeypatch.setenv("PP3_SCRATCH", "/elsewhere")  # replaced by the run's own
+    monkeypatch.setenv("OTHER_TOOL", "not forwarded")
+    root, run_dir = tmp_path / "root", tmp_path / "root" / "runs" / "probe-1"
+    args = _detach_environment(settings, root, run_dir)
+    assert args[0] == "env"
+    first_assignment = next(i for i, arg in enumerate(args) if "=" in arg)
+    unset = args[1:first_assignment]
+    assert unset[::2] == ["-u"] * (len(unset) // 2) and "LC_ALL" in unset[1::2]
+    assert "PATH" not in unset and "PATH=/opt/bin:/usr/bin" in args
+    assert "PP3_ZETA=kept" in args and not any(a.startswith("OTHER_TOOL") for a in args)
+    assert [a for a in args if a.startswith("PP3_SCRATCH=")] == [f"PP3_SCRATCH={root}"]
+    assert args[-4:] == [
+        f"PP3_SCRATCH={root}",
+        f"PP3_RECEIPTS={settings.receipts.resolve()}",
+        f"PP3_RUN_DIR={run_dir}",
+        "PYTHONUNBUFFERED=1",
+    ]
+
+
+def test_detach_refuses_a_tmux_socket_path_over_100_bytes_and_makes_a_private_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The socket path may be 100 bytes (Unix sockets take 107); a byte more is refused."""
+
+    class Reached(Exception):
+        pass
+
+    def stop(settings: Settings, command: str) -> Path:
+        raise Reached
+
+    monkeypatch.setattr("pp3cli.run.detach.new_run_dir", stop)
+    base = tmp_path.resolve()
+    bare = len(os.fsencode(tmux_socket(base / "s")))
+    assert bare < 100, "pytest's tmp_path is too long for this test"
+    exact = Settings(scratch=base / ("s" * (100 - bare + 1)), receipts=tmp_path / "r")
+    (exact.receipts).mkdir()
+    for _ in range(2):  # the socket folder may already exist
+        with pytest.raises(Reached):
+            start_detached("probe", exact, ["probe", "--detach"])
+    folder = tmux_socket(exact.scratch.resolve()).parent
+    assert len(os.fsencode(tmux_socket(exact.scratch.resolve()))) == 100
+    assert folder.stat().st_mode & 0o777 == 0o700
+    over = Settings(scratch=base / ("s" * (100 - bare + 2)), receipts=exact.receipts)
+    with pytest.raises(EnvironmentProblem, match="over 100 bytes"):
+        start_detached("probe", over, ["probe", "--detach"])
+
+
+@pytest.mark.parametrize(
+    ("script", "shown"),
+    [
+        ("echo 'no server here' >&2; echo ignored", "no server here"),
+        ("echo on stdout", "on stdout"),
+    ],
+)
+def test_a_tmux_that_cannot_start_the_session_is_named_with_what_it_said(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, script: str, shown: str
+) -> None:
+    fake = tmp_path / "tmux"
+    fake.write_text(f"#!/bin/sh\n{script}\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr("pp3cli.run.detach.shutil.which", lambda name: str(fake))
+    settings.receipts.mkdir()
+    with pytest.raises(EnvironmentProblem) as caught:
+        start_detached("probe", settings, ["probe", "--detach"])
+    message = str(caught.value)
+    assert re.fullmatch(rf"tmux could not start session pp3-probe-\S+: {shown}\n?", message), (
+        message
+    )
+
+
+def test_detach_shares_the_scratch_with_runs_and_is_refused_while_it_is_cleaned(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Reached(Exception):
+        pass
+
+    def stop(settings: Settings, command: str) -> Path:
+        raise Reached
+
+    monkeypatch.setattr("pp3cli.run.detach.new_run_dir", stop)
+    settings.receipts.mkdir()
+    root = ensure_scratch(settings)
+    with hold_scratch(root, "qualify", exclusive=False), pytest.raises(Reached):
+        start_detached("probe", settings, ["probe", "--detach"])
+    with hold_scratch(root, "clean-scratch", exclusive=True):
+        with pytest.raises(EnvironmentProblem, match="is held by"):
+            start_detached("probe", settings, ["probe", "--detach"])
