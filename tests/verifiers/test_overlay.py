@@ -10,10 +10,11 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 import torch
 
-from pp3cli.run.errors import CheckFailed, UsageProblem
+from pp3cli.run.errors import CheckFailed, EnvironmentProblem, UsageProblem
 from pp3cli.run.scratch import repo_root
 from pp3cli.verifiers import overlay
 from pp3cli.verifiers.vllm_mrv2 import chain_from_vllm, vllm_arguments
@@ -285,3 +286,120 @@ def test_real_vllm_through_the_adapter(real_overlay: Path) -> None:
     paired, nan = done.stdout.strip().splitlines()
     assert paired == "0 ()"
     assert nan.startswith("False poisoned requests report ['ok', 'ok', 'ok', 'ok']")
+
+
+# ---- Tests that kill mutants a campaign over verifiers/overlay.py found surviving
+
+
+class FakePip:
+    """``subprocess.run`` for ``pip download``: records the call, writes the named wheels."""
+
+    def __init__(self, code: int, stdout: str = "", stderr: str = "", wheels: tuple[str, ...] = ()):
+        self.code, self.stdout, self.stderr, self.wheels = code, stdout, stderr, wheels
+        self.calls: list[tuple[list[str], dict[str, object]]] = []
+
+    def __call__(self, command: list[str], **options: object) -> subprocess.CompletedProcess[str]:
+        self.calls.append((command, options))
+        folder = Path(command[command.index("-d") + 1])
+        for name in self.wheels:
+            (folder / name).write_bytes(b"wheel")
+        return subprocess.CompletedProcess(command, self.code, self.stdout, self.stderr)
+
+
+def test_the_wheel_is_downloaded_alone_as_a_binary_and_the_first_one_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pip = FakePip(0, wheels=("vllm-0.33.0-cp38-abi3-b.whl", "vllm-0.33.0-cp38-abi3-a.whl"))
+    monkeypatch.setattr("pp3cli.verifiers.overlay.subprocess.run", pip)
+    assert overlay.download_wheel(tmp_path) == tmp_path / "vllm-0.33.0-cp38-abi3-a.whl"
+    ((command, options),) = pip.calls
+    assert command == [
+        sys.executable, "-m", "pip", "download", "vllm==0.33.0", "--no-deps",
+        "--only-binary=:all:", "-q", "-d", str(tmp_path),
+    ]  # fmt: skip
+    assert options == {"capture_output": True, "text": True, "check": False}
+
+
+@pytest.mark.parametrize(
+    ("pip", "shown"),
+    [
+        (FakePip(1, stderr="x" * 1000 + "END"), "(exit 1): " + "x" * 797 + "END;"),
+        (FakePip(2, stdout="from stdout\n"), "(exit 2): from stdout;"),
+        (FakePip(0), "(exit 0): ;"),  # pip said nothing and wrote no wheel
+        (FakePip(1, stderr="partial", wheels=("vllm-0.33.0-x.whl",)), "(exit 1): partial;"),
+    ],
+    ids=["long-error", "stdout-only", "no-wheel", "failed-with-a-wheel"],
+)
+def test_a_failed_download_names_pips_exit_and_the_end_of_what_it_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pip: FakePip, shown: str
+) -> None:
+    monkeypatch.setattr("pp3cli.verifiers.overlay.subprocess.run", pip)
+    with pytest.raises(EnvironmentProblem) as caught:
+        overlay.download_wheel(tmp_path)
+    message = str(caught.value)
+    assert message.startswith("pip could not download vllm==0.33.0 " + shown), message
+    assert "x" * 798 not in message and message.endswith("you already have")
+
+
+def test_transitive_sources_take_package_imports_and_refuse_a_missing_module() -> None:
+    files = {
+        "vllm/a.py": b"from vllm.pkg import thing\nimport vllm.pkg.sub\n",
+        "vllm/pkg/__init__.py": b"",
+        "vllm/pkg/sub.py": b"from vllm.gone import x\n",
+    }
+    with pytest.raises(CheckFailed, match=r"vLLM module vllm\.gone \(vllm/gone\.py\) is not in"):
+        overlay.transitive_sources(files.get, entry="vllm.a")
+    files["vllm/pkg/sub.py"] = b"y = 2\n"
+    assert overlay.transitive_sources(files.get, entry="vllm.a") == ["vllm/a.py", "vllm/pkg/sub.py"]
+
+
+def test_pins_are_computed_from_the_wheels_bytes(tmp_path: Path) -> None:
+    assert overlay.compute_pins(make_wheel(tmp_path / "fake.whl", FAKE_FILES)) == FAKE_PINS
+
+
+def test_the_overlay_gets_a_shim_for_every_package_and_a_manifest_of_the_wheel(
+    tmp_path: Path,
+) -> None:
+    wheel = make_wheel(tmp_path / "fake.whl", FAKE_FILES)
+    dest = tmp_path / "deep" / "er" / "overlays"  # its parents do not exist yet
+    target = overlay.fetch_overlay(tmp_path, dest=dest, wheel=wheel, pins=FAKE_PINS)
+    manifest = overlay.read_manifest(target)
+    assert sorted(manifest["shims"]) == [
+        "vllm/__init__.py",
+        "vllm/triton_utils/__init__.py",
+        "vllm/v1/__init__.py",
+        "vllm/v1/worker/__init__.py",
+        "vllm/v1/worker/gpu/__init__.py",
+        "vllm/v1/worker/gpu/sample/__init__.py",
+        "vllm/v1/worker/gpu/spec_decode/__init__.py",
+    ]
+    assert manifest["wheel"] == {
+        "name": "fake.whl",
+        "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
+    }
+    written = (target / overlay.MANIFEST_NAME).read_bytes()
+    assert written == orjson.dumps(manifest, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2)
+
+
+def test_probe_looks_in_the_scratch_overlay_then_the_working_folders(tmp_path: Path) -> None:
+    assert overlay.default_overlay_candidates(tmp_path) == [
+        tmp_path / "overlay" / "vllm-0.33.0",
+        Path(".overlay") / "vllm-0.33.0",
+    ]
+
+
+def test_the_overlay_comes_first_and_only_another_vllm_already_imported_is_refused(
+    tmp_path: Path, no_vllm_modules: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wheel = make_wheel(tmp_path / "fake.whl", FAKE_FILES)
+    target = overlay.fetch_overlay(tmp_path, wheel=wheel, pins=FAKE_PINS)
+    decoy = tmp_path / "decoy"
+    (decoy / "vllm").mkdir(parents=True)
+    (decoy / "vllm" / "__init__.py").write_text("raise ImportError('the decoy vllm')\n")
+    monkeypatch.syspath_prepend(str(decoy))  # another vllm on the path: the overlay goes first
+    first = overlay.load_vllm_rejection_sample(target, FAKE_PINS)
+    again = overlay.load_vllm_rejection_sample(target, FAKE_PINS)  # its own vllm is loaded now
+    assert again is first
+    sys.modules["vllm"].__file__ = str(decoy / "vllm" / "__init__.py")
+    with pytest.raises(EnvironmentProblem, match="a different vllm is already imported from"):
+        overlay.load_vllm_rejection_sample(target, FAKE_PINS)
