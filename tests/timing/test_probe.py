@@ -497,3 +497,113 @@ def test_an_available_comparator_without_times_or_checks() -> None:
     assert probe_summary.recompute_probe_data(data) == []
     argmax["checks"] = {}
     assert probe_summary.all_checks_passed(data) is False
+
+
+# ---- Tests that kill mutants a campaign over timing/cases.py found surviving (2026-12-05)
+
+
+def test_the_documented_options_are_the_configs_defaults() -> None:
+    docs = (repo_root() / "docs" / "probe.md").read_text()
+    default = probe_cases.ProbeConfig()
+    shown = {
+        "--batch": ",".join(map(str, default.batches)),
+        "--depth": ",".join(map(str, default.depths)),
+        "--vocab": str(default.vocab),
+        "--support": str(default.support),
+        "--t0-share": ",".join(f"{s:g}" for s in default.t0_shares),
+        "--rounds": str(default.rounds),
+        "--warmup": str(default.warmup),
+        "--replays": str(default.replays),
+        "--seed": str(default.seed),
+        "--comparators": ",".join(default.comparators),
+    }
+    for option, value in shown.items():
+        assert f"`{option} {value}`" in docs, option
+    assert f"`--slow-replays` (default {default.slow_replays})" in docs
+    assert default.drafts == ("point",) and "(default point)" in docs
+    assert (default.dtype, default.rotate_inputs, default.require_vllm) == ("bf16", True, False)
+    # the method's constants, as docs/probe.md states them
+    assert f"`randn * {probe_cases.LOGIT_SCALE:g}`" in docs
+    assert probe_cases.POINT_DENOMINATOR == 1 << 16 and "count = C = 2^16" in docs
+    assert (
+        f"(x + {probe_cases.SUPPORT_STRIDE} j) mod V), each count {probe_cases.SPARSE_COUNT},"
+        in (" ".join(docs.split()))
+    )
+    assert f"at most {probe_cases.MAX_INPUT_SETS}," in docs
+
+
+@pytest.mark.parametrize(
+    ("changes", "fragment"),
+    [
+        ({"batches": ()}, "--batch needs integers >= 1, got []"),
+        ({"batches": (4, 0)}, "--batch needs integers >= 1, got [4, 0]"),
+        ({"depths": (0,)}, "--depth needs integers >= 1, got [0]"),
+        ({"vocab": 1}, "--vocab must be >= 2, got 1"),
+        ({"drafts": ()}, "--draft takes point, sparse, dense; got []"),
+        ({"t0_shares": ()}, "--t0-share needs values in [0, 1], got []"),
+        ({"t0_shares": (-0.1,)}, "--t0-share needs values in [0, 1], got [-0.1]"),
+        ({"drafts": ("sparse",), "support": 1}, "got 1"),
+        ({"drafts": ("dense",), "support": 1 << 15}, "got 32768"),
+        ({"drafts": ("sparse",), "vocab": 64, "support": 128}, "min(16384, V=64)], got 128"),
+        ({"drafts": ("sparse",), "vocab": 4006}, "--vocab 4006 shares a factor with 2003"),
+        ({"comparators": ()}, "--comparators takes distinct names"),
+        ({"comparators": ("selector", "selector")}, "--comparators takes distinct names"),
+        ({"comparators": ("selector", "eager")}, "got ['selector', 'eager']"),
+        ({"require_vllm": True, "comparators": ("selector",)}, "--require-vllm needs vllm"),
+        ({"rounds": 0}, "--rounds must be >= 1, got 0"),
+        ({"warmup": -1}, "--warmup must be >= 0, got -1"),
+        ({"replays": 0}, "--replays must be >= 1, got 0"),
+        ({"slow_replays": 0}, "--slow-replays must be >= 1, got 0"),
+    ],
+    ids=str,
+)
+def test_each_bad_probe_option_is_refused_by_name(changes: dict[str, Any], fragment: str) -> None:
+    config = probe_cases.ProbeConfig(**changes)
+    with pytest.raises(UsageProblem) as caught:
+        config.validate()
+    assert fragment in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"batches": (1,), "depths": (1,), "vocab": 2},  # the smallest of each
+        {"t0_shares": (0.0, 1.0)},
+        {"drafts": ("sparse",), "support": 2},
+        {"drafts": ("sparse", "dense"), "support": 1 << 14},
+        {"drafts": ("sparse",), "vocab": 64, "support": 64},  # S = V
+        {"drafts": ("point",), "vocab": 4006, "support": 3},  # point drafts: no support used
+        {"comparators": ("selector",)},  # no vLLM, not required
+        {"require_vllm": True},
+        {"rounds": 1, "warmup": 0, "replays": 1, "slow_replays": 1},
+    ],
+    ids=str,
+)
+def test_probe_options_at_their_bounds_are_accepted(changes: dict[str, Any]) -> None:
+    probe_cases.ProbeConfig(**changes).validate()
+
+
+def test_bytes_read_count_every_input_once_by_draft_kind() -> None:
+    def case(draft: str) -> probe_cases.ProbeCase:
+        return probe_cases.ProbeCase(3, 2, 10, "fp32", draft, 1, 4)
+
+    logits, drafts, per_request = 3 * 3 * 10 * 4, 4 * 3 * 2, 20 * 3
+    assert case("point").bytes_read() == logits + drafts + 8 * 3 * 2 * 1 + per_request
+    assert case("sparse").bytes_read() == logits + drafts + 8 * 3 * 2 * 4 + per_request
+    assert case("dense").bytes_read() == logits + drafts + 4 * 3 * 2 * 10 + per_request
+    assert [case(d).support_size for d in ("point", "sparse", "dense")] == [1, 4, 10]
+    assert probe_cases.ProbeCase(3, 2, 10, "bf16", "point", 1, 4).logits_bytes() == logits // 2
+
+
+def test_t0_shares_round_half_up_and_never_past_the_batch() -> None:
+    assert probe_cases.t0_count(1, 0.25) == 0
+    assert probe_cases.t0_count(4, 0.125) == 1  # exactly half a row: up
+    assert probe_cases.t0_count(8, 0.1) == 1 and probe_cases.t0_count(8, 0.05) == 0
+    assert probe_cases.t0_count(5, 1.0) == 5
+
+
+def test_input_sets_at_their_edges() -> None:
+    assert probe_cases.input_set_count(0, 60_000, rotate=True, budget_bytes=1 << 30) == 1
+    assert probe_cases.input_set_count(1, 4, rotate=True, budget_bytes=100) == 8
+    assert probe_cases.input_set_count(100, 1000, rotate=True, budget_bytes=50) == 1
+    assert probe_cases.input_set_count(100, 10, rotate=True, budget_bytes=1 << 30) == 1
