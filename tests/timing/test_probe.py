@@ -607,3 +607,116 @@ def test_input_sets_at_their_edges() -> None:
     assert probe_cases.input_set_count(1, 4, rotate=True, budget_bytes=100) == 8
     assert probe_cases.input_set_count(100, 1000, rotate=True, budget_bytes=50) == 1
     assert probe_cases.input_set_count(100, 10, rotate=True, budget_bytes=1 << 30) == 1
+
+
+# ---- Tests that kill mutants a campaign over timing/probe.py found surviving (2026-12-05)
+
+
+def test_the_probe_reports_each_case_numbered_with_its_medians_and_wall_time() -> None:
+    said: list[str] = []
+
+    def off_by_one(logits: torch.Tensor, draft_tokens: torch.Tensor, *args: Any, **kw: Any) -> Any:
+        result = greedy_verifier(logits, draft_tokens)
+        tokens = torch.where(result.tokens >= 0, (result.tokens + 1) % 97, result.tokens)
+        return result._replace(tokens=tokens)
+
+    comparators = [
+        probe_comparators.verifier_comparator("selector", greedy_verifier),
+        probe_comparators.verifier_comparator("wrong", off_by_one),  # fails its checks: untimed
+    ]
+    data = probe.run_probe(
+        TINY, device=torch.device("cpu"), comparators=comparators, missing={},
+        timer=counting_timer(), capture=measure.eager_rounds, l2_bytes=4000, copy=None,
+        progress=said.append,
+    )  # fmt: skip
+    cases = probe_cases.build_cases(TINY)
+    headers = [line for line in said if not line.startswith(" ")]
+    assert headers == [f"[{i}] {case.name}" for i, case in enumerate(cases, start=1)]
+    selector_lines = [line for line in said if line.startswith("    selector: median ")]
+    medians = [c["comparators"]["selector"]["summary"]["median"] for c in data["cases"]]
+    assert [line.split(" µs")[0] for line in selector_lines] == [
+        f"    selector: median {m:.2f}" for m in medians
+    ]
+    assert all(line.startswith("    wrong: median - µs (") for line in said if "wrong" in line)
+    for case in data["cases"]:
+        for entry in case["comparators"].values():
+            assert 0.0 <= entry["wall_s"] < 600.0
+
+
+@pytest.mark.parametrize("draft", ["point", "sparse", "dense"])
+def test_a_case_is_timed_with_the_plan_verify_chain_picks_for_its_inputs(draft: str) -> None:
+    from pp3kernels import plan_launch
+
+    case = probe_cases.ProbeCase(4, 5, 129280, "bf16", draft, 0, 4096)
+    expected = plan_launch(
+        4,
+        6,
+        129280,
+        interpreter=False,
+        support=4096 if draft == "sparse" else 1,
+        dense=draft == "dense",
+    )
+    assert probe.case_launch_plan(case) == expected
+    wide = probe.case_launch_plan(probe_cases.ProbeCase(4, 5, 129280, "bf16", "sparse", 0, 4096))
+    if draft != "sparse":
+        assert probe.case_launch_plan(case) != wide  # a wide support changes the plan
+
+
+# ---- Tests that kill mutants a campaign over timing/measure.py found surviving (2026-12-05)
+
+
+def test_outputs_are_equal_only_bit_for_bit_and_shape_for_shape() -> None:
+    a = torch.tensor([1, 2, 3])
+    equal = measure.outputs_equal
+    assert equal(a, a.clone()) and not equal(a, torch.tensor([1, 2, 4]))
+    assert not equal(a, [1, 2, 3]) and not equal([1, 2, 3], a)
+    assert equal((a, [a, 5]), [a.clone(), (a, 5)])  # tuples and lists alike, nested
+    assert not equal((a, a), (a,)) and not equal((a, a), (a, a + 1))
+    assert not equal((a,), a) and not equal(5, (5,))
+    assert equal(5, 5) and not equal(5, 6) and equal(None, None)
+
+
+def test_input_sets_are_grouped_into_graphs_of_rounds_in_rotation() -> None:
+    case = probe_cases.ProbeCase(2, 2, 97, "fp32", "point", 1, 4)
+    sets = [
+        probe_comparators.make_inputs(case, device=torch.device("cpu"), seed=1, set_index=i)
+        for i in range(5)
+    ]
+    captured: list[list[int]] = []
+
+    def capture(calls: Any) -> tuple[Callable[[], object], list[Any]]:
+        captured.append(
+            [next(i for i, s in enumerate(sets) if s is call.args[0]) for call in calls]
+        )
+        return measure.eager_rounds(calls)
+
+    comparator = probe_comparators.argmax_comparator()
+    entry = measure_on_cpu(comparator, sets, rounds=2, capture=capture)
+    assert captured == [[0, 1], [2, 3], [4, 0]]
+    assert (entry["available"], entry["graph"], entry["groups"], entry["input_sets"]) == (
+        True, True, 3, 5,
+    )  # fmt: skip
+    eager = measure_on_cpu(comparator, sets, rounds=5, capture=None)
+    assert (eager["graph"], eager["groups"], eager["note"]) == (False, 1, comparator.note)
+
+
+def test_a_failed_check_leaves_no_graph_and_no_times() -> None:
+    case = probe_cases.ProbeCase(3, 2, 97, "bf16", "point", 3, 4)
+    sets = [probe_comparators.make_inputs(case, device=torch.device("cpu"), seed=2, set_index=0)]
+
+    def off_by_one(logits: torch.Tensor, draft_tokens: torch.Tensor, *args: Any, **kw: Any) -> Any:
+        result = greedy_verifier(logits, draft_tokens)
+        return result._replace(tokens=torch.where(result.tokens >= 0, 96 - result.tokens, -1))
+
+    entry = measure_on_cpu(probe_comparators.verifier_comparator("x", off_by_one), sets)
+    assert entry["available"] is True and entry["graph"] is False
+    assert entry["skipped"] == "a correctness check failed"
+
+
+def test_copy_bandwidth_counts_bytes_read_and_written_per_second_of_the_median() -> None:
+    result = measure.copy_bandwidth(
+        device=torch.device("cpu"), nbytes=1000, replays=3, timer=counting_timer(step_ms=0.5)
+    )
+    assert result["times_us"] == [500.0, 1000.0, 1500.0]  # ms from the timer, in µs
+    assert result["summary"]["median"] == 1000.0 and result["bytes"] == 1000
+    assert result["bytes_per_s"] == pytest.approx(2 * 1000 / 1e-3)

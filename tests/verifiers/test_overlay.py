@@ -10,6 +10,7 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
 import torch
@@ -403,3 +404,89 @@ def test_the_overlay_comes_first_and_only_another_vllm_already_imported_is_refus
     sys.modules["vllm"].__file__ = str(decoy / "vllm" / "__init__.py")
     with pytest.raises(EnvironmentProblem, match="a different vllm is already imported from"):
         overlay.load_vllm_rejection_sample(target, FAKE_PINS)
+
+
+# ---- Tests that kill mutants a campaign over verifiers/vllm_mrv2.py found surviving
+
+
+def _chain(
+    logits: torch.Tensor, drafts: list[list[int]], tau: list[float], **q: object
+) -> ChainInputs:
+    batch = logits.shape[0]
+    zeros = torch.zeros(batch, dtype=torch.int64)
+    return ChainInputs(
+        logits,
+        torch.tensor(drafts, dtype=torch.int32),
+        torch.tensor(tau),
+        zeros,
+        zeros,
+        **q,  # type: ignore[arg-type]
+    )
+
+
+def test_vllm_gets_row_contiguous_logits_from_a_strided_view() -> None:
+    base = torch.randn(2, 3, 5, 4)
+    logits = base[..., 1]  # [2, 3, 5], last stride 4
+    for tau in ([0.0, 1.0], [0.5, 1.0]):
+        flat = vllm_arguments(_chain(logits, [[0, 1], [2, 3]], tau))["target_logits"]
+        assert flat.stride(-1) == 1 and flat.shape == (6, 5)
+        divisor = torch.tensor(tau).where(torch.tensor(tau) != 0, torch.ones(2))
+        assert torch.equal(flat, (logits / divisor[:, None, None]).reshape(6, 5))
+
+
+@pytest.mark.parametrize(
+    ("version", "blocked"),
+    [("2.4.0", True), ("2.3.9", False), ("3.0.0", True), ("1.26.4", False), ("2.10.1", True)],
+)
+def test_the_interpreter_blocker_starts_at_numpy_2_4(
+    monkeypatch: pytest.MonkeyPatch, version: str, blocked: bool
+) -> None:
+    from pp3cli.verifiers.vllm_mrv2 import interpreter_blocker
+
+    monkeypatch.setattr(np, "__version__", version)
+    reason = interpreter_blocker()
+    assert (reason is not None) == blocked
+    assert reason is None or f"numpy {version} (runtime loop bounds" in reason
+
+
+def test_point_mass_drafts_read_q_on_valid_proposals_only() -> None:
+    from pp3cli.verifiers.vllm_mrv2 import point_mass_drafts
+
+    logits = torch.zeros(2, 3, 4)
+    assert point_mass_drafts(_chain(logits, [[0, 1], [2, -1]], [1.0, 1.0]))  # no q: one-hot
+    dense = torch.zeros(2, 2, 4)
+    dense[0, 0, 0] = dense[0, 1, 1] = dense[1, 0, 2] = 1.0
+    dense[1, 1] = 0.25  # behind an invalid proposal: never read
+    assert point_mass_drafts(_chain(logits, [[0, 1], [2, -1]], [1.0, 1.0], q_dense=dense))
+    dense[0, 0, 0], dense[0, 0, 3] = 0.5, 0.5  # proposal 0 at half its mass
+    assert not point_mass_drafts(_chain(logits, [[0, 1], [2, -1]], [1.0, 1.0], q_dense=dense))
+    ids = torch.tensor([[[0, -1], [3, 1]], [[2, 1], [0, 3]]], dtype=torch.int32)
+    counts = torch.tensor([[[8, 0], [0, 8]], [[8, 0], [4, 4]]], dtype=torch.int32)
+    sparse = {"q_ids": ids, "q_counts": counts, "denominator": 8}
+    assert point_mass_drafts(_chain(logits, [[0, 1], [2, -1]], [1.0, 1.0], **sparse))
+    counts[0, 0] = torch.tensor([4, 0])
+    ids[0, 0, 1] = 2
+    counts[0, 0, 1] = 4  # proposal 0 at half, the rest on token 2
+    assert not point_mass_drafts(_chain(logits, [[0, 1], [2, -1]], [1.0, 1.0], **sparse))
+    unit = {"q_ids": ids[:, :, :1].clone(), "q_counts": torch.ones(2, 2, 1, dtype=torch.int32)}
+    unit["q_ids"][0, 0, 0], unit["q_ids"][0, 1, 0], unit["q_ids"][1, 0, 0] = 0, 1, 2
+    assert point_mass_drafts(  # C = 1: a count of one is the whole mass
+        _chain(logits, [[0, 1], [2, -1]], [1.0, 1.0], **unit, denominator=1)
+    )
+
+
+def test_vllm_draft_logits_for_dense_q_and_for_one_hot_proposals() -> None:
+    from pp3cli.verifiers.vllm_mrv2 import draft_logits_from_q
+
+    logits = torch.zeros(2, 3, 4)
+    dense = torch.zeros(2, 2, 4, dtype=torch.float64)
+    dense[:, :, 1], dense[:, :, 3] = 0.5, 0.5
+    got = draft_logits_from_q(_chain(logits, [[1, 3], [3, 1]], [2.0, 0.0], q_dense=dense))
+    half = float(np.float32(np.log(0.5)))
+    inf = float("inf")
+    assert got.dtype == torch.float32 and got.shape == (2, 2, 4)
+    assert got[0, 0].tolist() == [-inf, 2 * half, -inf, 2 * half]  # tau log q at tau = 2
+    assert got[1, 1].tolist() == [-inf, half, -inf, half]  # T0: log q as it is
+    one_hot = draft_logits_from_q(_chain(logits, [[1, 3], [0, 2]], [0.5, 1.0]))
+    assert one_hot[0].tolist() == [[-inf, 0.0, -inf, -inf], [-inf, -inf, -inf, 0.0]]
+    assert one_hot[1].tolist() == [[0.0, -inf, -inf, -inf], [-inf, -inf, 0.0, -inf]]
