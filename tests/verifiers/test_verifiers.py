@@ -466,3 +466,41 @@ def test_a_module_without_a_file_binds_no_source(monkeypatch: pytest.MonkeyPatch
     assert path is None
     resolved = resolve_spec("users_sampler_in_memory:verify", root=HERE)
     assert resolved.sources == {} and resolved.details["kind"] == "module" and not resolved.own
+
+
+def test_flashinfer_is_called_deterministically_per_request_in_slices_of_its_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each slice: deterministic mode, the requests' own seeds and positions as int64, target
+    probabilities of V + 1 columns (the pad), and at most SLICE_ELEMENTS of them."""
+    seen: list[tuple[bool, list[int], list[int], tuple[int, ...]]] = []
+
+    def fake(
+        draft: torch.Tensor,
+        proposals: torch.Tensor,
+        target: torch.Tensor,
+        *,
+        deterministic: bool,
+        seed: torch.Tensor,
+        offset: torch.Tensor,
+    ) -> tuple[torch.Tensor, None, torch.Tensor]:
+        assert seed.dtype == offset.dtype == torch.int64
+        seen.append((deterministic, seed.tolist(), offset.tolist(), tuple(target.shape)))
+        rows = proposals.shape[0]
+        tokens = torch.zeros(rows, proposals.shape[1] + 1, dtype=torch.int32)
+        return tokens, None, torch.zeros(rows, dtype=torch.int32)
+
+    batch, k, vocab = 7, 3, 5
+    monkeypatch.setattr(flashinfer_adapter, "SLICE_ELEMENTS", 3 * (k + 1) * (vocab + 1))
+    flashinfer_verifier(fake)(
+        torch.zeros(batch, k + 1, vocab),
+        torch.zeros(batch, k, dtype=torch.int32),
+        torch.ones(batch),
+        torch.arange(batch, dtype=torch.int32) + 100,
+        torch.arange(batch, dtype=torch.int32) * 8,
+    )
+    assert seen == [
+        (True, [100, 101, 102], [0, 8, 16], (3, k + 1, vocab + 1)),
+        (True, [103, 104, 105], [24, 32, 40], (3, k + 1, vocab + 1)),
+        (True, [106], [48], (1, k + 1, vocab + 1)),
+    ]
