@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from typer.testing import CliRunner
 
@@ -387,3 +388,12 @@ def test_unknown_options_get_a_sane_hint(args: list[str], wanted: str, unwanted:
     result = CliRunner().invoke(app, args, env={"COLUMNS": "300"})
     assert result.exit_code == 2, result.output
     assert wanted in result.output and unwanted not in result.output, result.output
+
+
+def test_a_plan_prints_a_table_and_json_only_when_asked(tmp_path: Path) -> None:
+    """--json is off unless given (a mutant defaulting it on passed every other test)."""
+    base = ["--scratch", str(tmp_path / "s"), "--receipts", str(tmp_path / "r"), "qualify"]
+    code, table = invoke([*base, "--plan", "--profile", "smoke"])
+    assert code == 0 and "member" in table and not table.lstrip().startswith("{")
+    code, text = invoke([*base, "--plan", "--profile", "smoke", "--json"])
+    assert code == 0 and orjson.loads(text)["members"]

@@ -592,7 +592,8 @@ def test_bytes_read_count_every_input_once_by_draft_kind() -> None:
     assert case("sparse").bytes_read() == logits + drafts + 8 * 3 * 2 * 4 + per_request
     assert case("dense").bytes_read() == logits + drafts + 4 * 3 * 2 * 10 + per_request
     assert [case(d).support_size for d in ("point", "sparse", "dense")] == [1, 4, 10]
-    assert probe_cases.ProbeCase(3, 2, 10, "bf16", "point", 1, 4).logits_bytes() == logits // 2
+    for half in ("bf16", "fp16"):
+        assert probe_cases.ProbeCase(3, 2, 10, half, "point", 1, 4).logits_bytes() == logits // 2
 
 
 def test_t0_shares_round_half_up_and_never_past_the_batch() -> None:
