@@ -397,3 +397,21 @@ def test_a_plan_prints_a_table_and_json_only_when_asked(tmp_path: Path) -> None:
     assert code == 0 and "member" in table and not table.lstrip().startswith("{")
     code, text = invoke([*base, "--plan", "--profile", "smoke", "--json"])
     assert code == 0 and orjson.loads(text)["members"]
+
+
+def test_a_detached_command_is_rerun_with_the_command_line_after_the_program(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    argv = ["pp3", "--receipts", str(tmp_path / "r"), "oracle", "--detach"]
+    monkeypatch.setattr(sys, "argv", argv)
+    asked: list[tuple[str, list[str]]] = []
+
+    def start(command: str, settings: Settings, args: list[str]) -> str:
+        asked.append((command, list(args)))
+        return "detached into a test"
+
+    monkeypatch.setattr("pp3cli.run.detach.start_detached", start)
+    code, output = invoke(argv[1:])
+    assert code == 0 and "detached into a test" in output
+    assert asked == [("oracle", argv[1:])]
+    assert not (tmp_path / "r").exists()  # the detached run writes the receipt, not this one
