@@ -71,7 +71,10 @@ def test_seed_profile_on_two_gloo_ranks_passes_with_one_receipt(
     assert [r["rank"] for r in block["ranks"]] == [0, 1]
     assert [r["device"] for r in block["ranks"]] == ["cpu", "cpu"]
     assert [r["holds_lock"] for r in block["ranks"]] == [True, False]
-    assert all(r["wall_s"] > 0 for r in block["ranks"])
+    # rank 0 wrote the receipt (its guard's environment), the other ranks none
+    assert predicate["environment"]["pid"] == block["ranks"][0]["pid"] != block["ranks"][1]["pid"]
+    assert predicate["environment"]["affinity"] == block["ranks"][0]["affinity"]
+    assert all(0 < r["wall_s"] < 600 for r in block["ranks"])  # seconds since the rank began
     affinities = [set(r["affinity"]) for r in block["ranks"]]
     if len(os.sched_getaffinity(0)) >= 2:
         assert not affinities[0] & affinities[1], affinities
