@@ -548,25 +548,31 @@ def test_a_detached_run_takes_the_launching_shells_variables_and_pp3s_settings(
     ]
 
 
-def test_detach_refuses_a_tmux_socket_path_over_100_bytes_and_makes_a_private_folder(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The socket path may be 100 bytes (Unix sockets take 107); a byte more is refused."""
+class ReachedRunFolder(Exception):
+    """Detach got past its checks to the run folder (``stop_at_the_run_folder``)."""
 
-    class Reached(Exception):
-        pass
+
+@pytest.fixture
+def stop_at_the_run_folder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``start_detached`` raises ReachedRunFolder where it would make the run's folder."""
 
     def stop(settings: Settings, command: str) -> Path:
-        raise Reached
+        raise ReachedRunFolder
 
     monkeypatch.setattr("pp3cli.run.detach.new_run_dir", stop)
+
+
+def test_detach_refuses_a_tmux_socket_path_over_100_bytes_and_makes_a_private_folder(
+    tmp_path: Path, stop_at_the_run_folder: None
+) -> None:
+    """The socket path may be 100 bytes (Unix sockets take 107); a byte more is refused."""
     base = tmp_path.resolve()
     bare = len(os.fsencode(tmux_socket(base / "s")))
     assert bare < 100, "pytest's tmp_path is too long for this test"
     exact = Settings(scratch=base / ("s" * (100 - bare + 1)), receipts=tmp_path / "r")
     (exact.receipts).mkdir()
     for _ in range(2):  # the socket folder may already exist
-        with pytest.raises(Reached):
+        with pytest.raises(ReachedRunFolder):
             start_detached("probe", exact, ["probe", "--detach"])
     folder = tmux_socket(exact.scratch.resolve()).parent
     assert len(os.fsencode(tmux_socket(exact.scratch.resolve()))) == 100
@@ -600,18 +606,11 @@ def test_a_tmux_that_cannot_start_the_session_is_named_with_what_it_said(
 
 
 def test_detach_shares_the_scratch_with_runs_and_is_refused_while_it_is_cleaned(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
+    settings: Settings, stop_at_the_run_folder: None
 ) -> None:
-    class Reached(Exception):
-        pass
-
-    def stop(settings: Settings, command: str) -> Path:
-        raise Reached
-
-    monkeypatch.setattr("pp3cli.run.detach.new_run_dir", stop)
     settings.receipts.mkdir()
     root = ensure_scratch(settings)
-    with hold_scratch(root, "qualify", exclusive=False), pytest.raises(Reached):
+    with hold_scratch(root, "qualify", exclusive=False), pytest.raises(ReachedRunFolder):
         start_detached("probe", settings, ["probe", "--detach"])
     with hold_scratch(root, "clean-scratch", exclusive=True):
         with pytest.raises(EnvironmentProblem, match="is held by"):
