@@ -570,13 +570,13 @@ def test_detach_refuses_a_tmux_socket_path_over_100_bytes_and_makes_a_private_fo
     bare = len(os.fsencode(tmux_socket(base / "s")))
     assert bare < 100, "pytest's tmp_path is too long for this test"
     exact = Settings(scratch=base / ("s" * (100 - bare + 1)), receipts=tmp_path / "r")
-    (exact.receipts).mkdir()
+    exact.receipts.mkdir()
     for _ in range(2):  # the socket folder may already exist
         with pytest.raises(ReachedRunFolder):
             start_detached("probe", exact, ["probe", "--detach"])
-    folder = tmux_socket(exact.scratch.resolve()).parent
-    assert len(os.fsencode(tmux_socket(exact.scratch.resolve()))) == 100
-    assert folder.stat().st_mode & 0o777 == 0o700
+    sock = tmux_socket(exact.scratch.resolve())
+    assert len(os.fsencode(sock)) == 100
+    assert sock.parent.stat().st_mode & 0o777 == 0o700
     over = Settings(scratch=base / ("s" * (100 - bare + 2)), receipts=exact.receipts)
     with pytest.raises(EnvironmentProblem, match="over 100 bytes"):
         start_detached("probe", over, ["probe", "--detach"])

@@ -28,7 +28,7 @@ from pp3cli.run.ranks import (
     strip_option,
     torchrun_arguments,
 )
-from pp3cli.run.scratch import MARKER_NAME, ROOT_TAG, ensure_scratch
+from pp3cli.run.scratch import MARKER_NAME, ROOT_TAG, ensure_scratch, repo_root
 from pp3cli.run.settings import Settings
 
 HERE = Path(__file__).resolve().parent
@@ -206,7 +206,7 @@ def test_a_failed_exchange_names_the_errors_first_line_and_the_documented_timeou
     assert "second line" not in message
     within = f"within {EXCHANGE_TIMEOUT_S:g} s"
     assert within in message
-    docs = Path(__file__).resolve().parents[2] / "docs"
+    docs = repo_root() / "docs"
     assert within in (docs / "exit-codes.md").read_text()  # what users are told
     assert f"timeout ({EXCHANGE_TIMEOUT_S:g} s" in (docs / "qualify.md").read_text()
 

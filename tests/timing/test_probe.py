@@ -42,6 +42,15 @@ def greedy_verifier(logits: torch.Tensor, draft_tokens: torch.Tensor, *args: Any
     return FakeResult(tokens, accepted, torch.zeros(logits.shape[0], dtype=torch.int8))
 
 
+def off_by_one_verifier(
+    logits: torch.Tensor, draft_tokens: torch.Tensor, *args: Any, **kw: Any
+) -> Any:
+    """The greedy verifier with every emitted token moved up by one (V = 97): fails the checks."""
+    result = greedy_verifier(logits, draft_tokens)
+    tokens = torch.where(result.tokens >= 0, (result.tokens + 1) % 97, result.tokens)
+    return result._replace(tokens=tokens)
+
+
 def counting_timer(step_ms: float = 0.5) -> Callable[[Callable[[], object]], float]:
     """Runs the function and reports 0.5, 1.0, 1.5, ... ms: deterministic samples."""
     counter = itertools.count(1)
@@ -198,12 +207,7 @@ def test_wrong_verifier_fails_its_check_and_is_not_timed() -> None:
     case = probe_cases.ProbeCase(3, 2, 97, "bf16", "point", 3, 4)
     sets = [probe_comparators.make_inputs(case, device=torch.device("cpu"), seed=2, set_index=0)]
 
-    def off_by_one(logits: torch.Tensor, draft_tokens: torch.Tensor, *args: Any, **kw: Any) -> Any:
-        result = greedy_verifier(logits, draft_tokens)
-        tokens = torch.where(result.tokens >= 0, (result.tokens + 1) % 97, result.tokens)
-        return result._replace(tokens=tokens)
-
-    comparator = probe_comparators.verifier_comparator("selector", off_by_one)
+    comparator = probe_comparators.verifier_comparator("selector", off_by_one_verifier)
     entry = measure_on_cpu(comparator, sets, warmup=0)
     assert entry["checks"]["t0_equals_greedy"] is False
     assert entry["times_us"] == [] and entry["summary"] is None
@@ -616,15 +620,8 @@ def test_input_sets_at_their_edges() -> None:
 def test_the_probe_reports_each_case_numbered_with_its_medians_and_wall_time() -> None:
     said: list[str] = []
 
-    def off_by_one(logits: torch.Tensor, draft_tokens: torch.Tensor, *args: Any, **kw: Any) -> Any:
-        result = greedy_verifier(logits, draft_tokens)
-        tokens = torch.where(result.tokens >= 0, (result.tokens + 1) % 97, result.tokens)
-        return result._replace(tokens=tokens)
-
-    comparators = [
-        probe_comparators.verifier_comparator("selector", greedy_verifier),
-        probe_comparators.verifier_comparator("wrong", off_by_one),  # fails its checks: untimed
-    ]
+    wrong = probe_comparators.verifier_comparator("wrong", off_by_one_verifier)  # untimed
+    comparators = [probe_comparators.verifier_comparator("selector", greedy_verifier), wrong]
     data = probe.run_probe(
         TINY, device=torch.device("cpu"), comparators=comparators, missing={},
         timer=counting_timer(), capture=measure.eager_rounds, l2_bytes=4000, copy=None,
@@ -705,11 +702,7 @@ def test_a_failed_check_leaves_no_graph_and_no_times() -> None:
     case = probe_cases.ProbeCase(3, 2, 97, "bf16", "point", 3, 4)
     sets = [probe_comparators.make_inputs(case, device=torch.device("cpu"), seed=2, set_index=0)]
 
-    def off_by_one(logits: torch.Tensor, draft_tokens: torch.Tensor, *args: Any, **kw: Any) -> Any:
-        result = greedy_verifier(logits, draft_tokens)
-        return result._replace(tokens=torch.where(result.tokens >= 0, 96 - result.tokens, -1))
-
-    entry = measure_on_cpu(probe_comparators.verifier_comparator("x", off_by_one), sets)
+    entry = measure_on_cpu(probe_comparators.verifier_comparator("x", off_by_one_verifier), sets)
     assert entry["available"] is True and entry["graph"] is False
     assert entry["skipped"] == "a correctness check failed"
 

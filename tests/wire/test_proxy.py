@@ -13,7 +13,6 @@ import multiprocessing
 import re
 import time
 from collections import Counter
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -22,6 +21,7 @@ import pytest
 import torch
 from test_wire import I32, C, V, _batch, _law
 
+from pp3cli.run.scratch import repo_root
 from pp3cli.wire import proxy
 from pp3cli.wire.frames import MIN_FRAME_SIZE, encode_frames, seal
 from pp3cli.wire.receiver import DraftReceiver, Refusal, RoundInputs
@@ -215,7 +215,7 @@ def test_send_drafts_through_proxy_counts_refusals() -> None:
 
 
 def test_the_documented_signature_is_the_functions() -> None:
-    docs = (Path(__file__).resolve().parents[2] / "docs" / "wire.md").read_text()
+    docs = (repo_root() / "docs" / "wire.md").read_text()
     documented = re.search(r"`send_drafts_through_proxy\((.*?)\)`", docs, re.S)
     assert documented is not None
     shown = " ".join(documented.group(1).split())
@@ -289,17 +289,19 @@ def test_a_proxy_needs_a_positive_deadline_and_closes_its_socket() -> None:
 # ---- A scripted drafter: the test writes the drafter's side of the socket itself
 
 
+RIDS = [rids_at(b) for b in range(B)]
+
+
 def _scripted_round(
-    messages: list[bytes], timeout_s: float, *, rids: list[int] | None = None
+    messages: list[bytes], timeout_s: float
 ) -> tuple[RoundInputs, proxy.ProxyStats, RoundData]:
-    """One round of B requests whose drafter 'sent' exactly ``messages`` (then nothing)."""
-    rids = [200 + b for b in range(B)] if rids is None else rids
+    """One round of B requests (RIDS) whose drafter 'sent' exactly ``messages``, then nothing."""
     data = _round_data(0)
     drafts, ids, counts, temperature = data
     receiver = DraftReceiver(
         slot="verifier-0", vocab_size=V, num_positions=K, support_width=S, denominator=C
     )
-    for rid, temp in zip(rids, temperature.tolist(), strict=True):
+    for rid, temp in zip(RIDS, temperature.tolist(), strict=True):
         receiver.admit(rid, temperature=temp, generation=GENERATION)
     ours, theirs = multiprocessing.Pipe(duplex=True)
     draft_proxy = proxy.DraftProxy(mode="thread", round_timeout_s=timeout_s)
@@ -307,7 +309,7 @@ def _scripted_round(
     for message in messages:
         theirs.send_bytes(message)
     job = proxy.DraftJob(
-        round_index=1, request_ids=rids, generations=[GENERATION] * B,
+        round_index=1, request_ids=RIDS, generations=[GENERATION] * B,
         draft_tokens=drafts, q_ids=ids, q_counts=counts, temperature=temperature, denominator=C,
     )  # fmt: skip
     try:
@@ -344,8 +346,7 @@ def test_a_silent_drafter_times_the_round_out_at_its_deadline_and_everyone_falls
 def test_another_rounds_end_marker_is_ignored_and_this_rounds_ends_it(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    rids = [200 + b for b in range(B)]
-    frames = _frames(_round_data(0), rids)
+    frames = _frames(_round_data(0), RIDS)
     messages = [proxy._end_marker(0, 99), *frames, proxy._end_marker(1, B)]
     inputs, stats, data = _scripted_round(messages, timeout_s=TIMEOUT_S)
     assert not inputs.fallback.any() and stats.rounds_timed_out == 0
@@ -355,13 +356,12 @@ def test_another_rounds_end_marker_is_ignored_and_this_rounds_ends_it(
 
 
 def test_the_largest_legal_frame_is_read_and_a_byte_more_ends_the_drafter() -> None:
-    rids = [200 + b for b in range(B)]
     drafts, ids, counts, temperature = _round_data(0)
     ids = np.broadcast_to(np.arange(S, dtype=np.int32) + 7, (B, K, S)).copy()
     counts = np.full((B, K, S), C // S, dtype=np.int32)  # every slot listed: the most bytes
     drafts = ids[:, :, 0].copy()
     full = (drafts, ids, counts, temperature)
-    frames = _frames(full, rids)
+    frames = _frames(full, RIDS)
     assert len(frames[0]) == MIN_FRAME_SIZE + 8 * K * (1 + S)
     inputs, stats, _ = _scripted_round([*frames, proxy._end_marker(1, B)], TIMEOUT_S)
     assert not inputs.fallback.any() and not stats.drafter_lost
