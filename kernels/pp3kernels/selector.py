@@ -28,6 +28,7 @@ import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from pp3kernels.carveout import prefer_carveout
 from pp3kernels.contract import NO_TOKEN, check_denominator
 from pp3kernels.interface import ChainInputs, ChainResult
 from pp3kernels.jit import (
@@ -160,6 +161,14 @@ _TICKET_BATCH = 16
 # padded to at least 2. Padded entries are masked: they load nothing and weigh 0.
 _MIN_SPLIT_AXIS = 8
 _MIN_SLOT_AXIS = 2
+# The shared-memory carveout (% of the multiprocessor's largest: 100 = 228 KB shared, 28 KB
+# L1) that every launch of a call asks for where phase 2 reads much before its wait, so that
+# its programs, which start during phase 1, fit beside phase 1's (pp3kernels.carveout;
+# Nsight Compute, 2026-12-04: the driver's own choice was 8 KB for phase 1 and 16 KB for the
+# finish at B4). Measured (v5 step 33, B4 against the driver's splits): dense q 0.84x,
+# sparse q of 1024 slots 0.95x; point drafts 1.00x, greedy-only 1.02x, 4096 slots 1.01x, and
+# from 64 requests on within 1%: only the first two ask (plan_launch).
+_CARVEOUT = 100
 
 
 def _prev_power_of_2(n: int) -> int:
@@ -212,6 +221,7 @@ class LaunchPlan:
     support_tile: int = 0  # sparse q: slots per chain_support_kernel program (0: none)
     support_warps: int = 0  # warps of chain_support_kernel (0: finish_warps)
     ticket: bool = False  # split support: its last program per request block finishes it
+    carveout: int = -1  # shared memory every launch asks for, % of the most (-1: driver's)
 
 
 def slot_axis(support: int) -> int:
@@ -309,6 +319,10 @@ def plan_launch(
         support_tile, support_warps = _WIDE_SUPPORT_TILE, _WIDE_SUPPORT_WARPS
     else:
         support_tile, support_warps = _SUPPORT_TILE, _SUPPORT_WARPS
+    # One split for every launch where phase 2's launches start with the most to read
+    # before they wait: dense q's rescan and finish, and the support launch of a split
+    # support that is not wide, below 16 requests (8-warp phase-1 programs: _CARVEOUT).
+    one_split = batch < _LARGE_BATCH and (dense or (split_support and not wide))
     return LaunchPlan(
         1,
         block_v,
@@ -330,6 +344,7 @@ def plan_launch(
         support_tile=support_tile,
         support_warps=support_warps,
         ticket=ticket,
+        carveout=_CARVEOUT if one_split else -1,
     )
 
 
@@ -528,6 +543,8 @@ def verify_chain(
         raise ValueError(f"{plan}: finish_warps must be a power of two from 1 to 32")
     if plan.support_tile < 0 or plan.support_tile & (plan.support_tile - 1):
         raise ValueError(f"{plan}: support_tile must be 0 or a power of two")
+    if not -1 <= plan.carveout <= 100:
+        raise ValueError(f"{plan}: carveout must be -1 or a percentage from 0 to 100")
     if plan.support_warps not in (0, 1, 2, 4, 8, 16, 32):
         raise ValueError(f"{plan}: support_warps must be 0 or a power of two from 1 to 32")
     blocks = triton.cdiv(batch, plan.block_b)
@@ -581,7 +598,7 @@ def verify_chain(
         stats_grid = (triton.cdiv(batch * rows, plan.flat_rows), plan.nsplit)
     else:
         stats_grid = (blocks, plan.nsplit)
-    _chain_stats_kernel[stats_grid](
+    launched = _chain_stats_kernel[stats_grid](
         logits,
         *logits.stride(),
         temperature,
@@ -591,6 +608,7 @@ def verify_chain(
         **stats_meta,
         num_warps=plan.num_warps,
     )
+    prefer_carveout(launched, plan.carveout)
     # The finish kernel's arguments up to its outputs, which the rescan kernel takes too.
     phase2 = (
         logits,
@@ -618,15 +636,17 @@ def verify_chain(
     if overlap:
         launch2["launch_pdl"] = True
     if q_mode == Q_DENSE:
-        _chain_rescan_kernel[(blocks, plan.nsplit)](
+        launched = _chain_rescan_kernel[(blocks, plan.nsplit)](
             *phase2, *split, float(den), **phase2_meta, **launch2
         )
+        prefer_carveout(launched, plan.carveout)
     ticket = bool(tiles) and k > 0 and plan.ticket
     if tiles and k > 0:  # (no draft row: nothing to count, no stop row rejects a draft)
-        _chain_counts_kernel[(blocks, k)](
+        launched = _chain_counts_kernel[(blocks, k)](
             *phase2, *split, float(den), **phase2_meta, TICKET=ticket, **launch2
         )
-        _chain_support_kernel[(blocks, tiles)](
+        prefer_carveout(launched, plan.carveout)
+        launched = _chain_support_kernel[(blocks, tiles)](
             *phase2,
             tokens,
             accepted,
@@ -637,10 +657,12 @@ def verify_chain(
             TICKET=ticket,
             **{**launch2, "num_warps": plan.support_warps or plan.finish_warps},
         )
+        prefer_carveout(launched, plan.carveout)
     if not ticket:
-        _chain_finish_kernel[(blocks,)](
+        launched = _chain_finish_kernel[(blocks,)](
             *phase2, tokens, accepted, status, *split, float(den), **phase2_meta, **launch2
         )
+        prefer_carveout(launched, plan.carveout)
     return ChainResult(tokens, accepted, status)
 
 

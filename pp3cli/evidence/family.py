@@ -144,7 +144,6 @@ def plan_samples(
     for law in laws:
         possible = sum(1 for p in law.probs if p > 0)
         n = samples_for_tv(tv, max(1, possible - 1), member_alpha, power)
-        df = possible - 1
         for _ in range(20):
             df = max(1, len(pool_cells(law.probs, n, MIN_EXPECTED).groups) - 1)
             needed = samples_for_tv(tv, df, member_alpha, power)

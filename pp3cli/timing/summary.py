@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from pp3cli.evidence.verdict import verdict_text
+from pp3cli.timing.cases import NOMINAL_COPY_BANDWIDTH, ProbeCase, floor_us
 
 SUMMARY_KEYS = ("n", "median", "p10", "p90", "min", "max")
 
@@ -70,8 +71,10 @@ def verdict_of(data: Mapping[str, Any]) -> str:
 def recompute_probe_data(data: Mapping[str, Any]) -> list[str]:
     """Problems found when recomputing a probe receipt's data; empty when it holds.
 
-    Recomputes every summary from the stored raw samples, every ratio from the
-    recomputed medians, ``checks_passed`` from the stored flags.
+    Recomputes every summary from the stored raw samples, the copy bandwidth (2 x bytes /
+    median, or the nominal one without a copy timing), every case's bytes read from its
+    stored geometry and its floor from those, every ratio from the recomputed medians,
+    ``checks_passed`` from the stored flags.
     """
     problems: list[str] = []
 
@@ -81,12 +84,23 @@ def recompute_probe_data(data: Mapping[str, Any]) -> list[str]:
         return math.isclose(float(a), float(b), rel_tol=1e-12, abs_tol=1e-12)
 
     copy = data.get("copy")
+    bandwidth = NOMINAL_COPY_BANDWIDTH
     if copy:
         summary = summarize(copy["times_us"])
         if any(not same(summary[k], copy["summary"].get(k)) for k in SUMMARY_KEYS):
             problems.append("copy: summary does not match the raw times")
+        bandwidth = 2 * int(copy["bytes"]) / (summary["median"] * 1e-6)
+        if not same(bandwidth, copy.get("bytes_per_s")):
+            problems.append("copy: bytes_per_s does not match its bytes and median")
+    if not same(bandwidth, data.get("copy_bandwidth_bytes_per_s")):
+        problems.append("copy_bandwidth_bytes_per_s does not match the copy timing")
     for case in data.get("cases", []):
         name = case.get("name", "?")
+        bytes_read = ProbeCase(**case["case"]).bytes_read()
+        if bytes_read != case.get("bytes_read"):
+            problems.append(f"{name}: bytes_read {case.get('bytes_read')} != {bytes_read}")
+        if not same(floor_us(bytes_read, bandwidth), case.get("floor_us")):
+            problems.append(f"{name}: floor_us does not match its bytes and the bandwidth")
         medians: dict[str, float | None] = {}
         for comparator, entry in case["comparators"].items():
             if not entry.get("available") or not entry.get("times_us"):
@@ -102,7 +116,7 @@ def recompute_probe_data(data: Mapping[str, Any]) -> list[str]:
                         f"{name} {comparator}: {key} {stored.get(key)} != recomputed {summary[key]}"
                     )
             medians[comparator] = summary["median"]
-        for key, value in case_ratios(medians, case["floor_us"]).items():
+        for key, value in case_ratios(medians, floor_us(bytes_read, bandwidth)).items():
             if not same(value, case["ratios"].get(key)):
                 problems.append(f"{name}: ratio {key} does not match the medians")
     if bool(data.get("checks_passed")) != all_checks_passed(data):

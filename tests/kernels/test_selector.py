@@ -1182,6 +1182,14 @@ def test_support_tile_must_be_zero_or_a_power_of_two() -> None:
         _kernel(args, plan=replace(plan, support_tile=4, support_warps=3))
 
 
+@pytest.mark.parametrize("carveout", [-2, 101])
+def test_carveout_must_be_a_percentage(carveout: int) -> None:
+    args = _make(batch=2, drafts=1, vocab=30, seed=3)
+    plan = LaunchPlan(block_b=1, block_v=8, nsplit=1, chunk=32, num_warps=4, carveout=carveout)
+    with pytest.raises(ValueError, match="carveout must be -1 or a percentage from 0 to 100"):
+        _kernel(args, plan=plan)
+
+
 # --------------------------------------------------------------------------------------
 # Philox counter layout
 # --------------------------------------------------------------------------------------
@@ -1709,7 +1717,27 @@ PINNED_PLANS: dict[tuple[int, int, int, bool], tuple[Any, ...]] = {
 def test_plan_launch_choices_are_pinned(shape: tuple[int, int, int, bool]) -> None:
     batch, rows, vocab, interpreter = shape
     plan = plan_launch(batch, rows, vocab, interpreter=interpreter)
-    assert plan == LaunchPlan(*PINNED_PLANS[shape])
+    pinned = LaunchPlan(*PINNED_PLANS[shape])
+    # point drafts (support 1, not dense) leave every launch's carveout to the driver
+    assert plan == pinned and plan.carveout == -1
+
+
+@pytest.mark.parametrize("batch", [1, 4, 15, 16, 64, 1024])
+@pytest.mark.parametrize("support", [1, 2, 64, 65, 127, 128, 1024, 1025, 2048, 4096])
+def test_one_split_only_where_phase_2_reads_most_before_its_wait(batch: int, support: int) -> None:
+    """Below 16 requests, dense q and a split support that is not wide (65-1024 slots)
+    ask every launch for the whole shared memory (v5 step 33, narrowed); everything else,
+    and every interpreter or small-vocabulary plan, leaves the split to the driver."""
+    for dense in (False, True):
+        q_support = 1 if dense else support
+        plan = plan_launch(batch, 6, 129_280, interpreter=False, support=q_support, dense=dense)
+        asks = batch < 16 and (dense or 64 < q_support <= 1024)
+        assert plan.carveout == (100 if asks else -1), (batch, support, dense)
+        for interpreter, vocab in ((True, 129_280), (False, 1000)):
+            other = plan_launch(
+                batch, 6, vocab, interpreter=interpreter, support=q_support, dense=dense
+            )
+            assert other.carveout == -1
 
 
 # ---- Tests that kill mutants the suite missed (a mutation campaign, 2026-12-01)

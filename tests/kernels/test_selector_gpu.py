@@ -8,6 +8,7 @@ shapes; the tests pin them to the sizes that matter (V = 129280, bf16).
 
 from __future__ import annotations
 
+import ctypes
 import os
 from dataclasses import replace
 from typing import Any
@@ -21,6 +22,7 @@ from launches import RecordingLaunch
 from layout import assert_uniform_layout
 from scipy.stats import power_divergence
 
+import pp3kernels.carveout as carveout_module
 import pp3kernels.selector as selector_module
 from pp3kernels.contract import (
     STATUS_ALL_MASKED,
@@ -288,6 +290,35 @@ def test_overlapped_launches_give_the_same_bits(
     overlapped, apart = replace(base, overlap=True), replace(base, overlap=False)
     plain = [verify_chain(**args, validate=False, plan=apart) for args in sets]
     _assert_alternating_calls_give(plain, sets, overlapped)
+
+
+@pytest.mark.parametrize(
+    ("batch", "q", "support", "launches"),
+    [(4, "point", 1, 2), (4, "dense", 1, 3), (4, "sparse", 1024, 3), (64, "sparse", 1024, 4)],
+)
+def test_every_launch_asks_for_the_plans_carveout(
+    batch: int, q: str, support: int, launches: int
+) -> None:
+    """Each kernel a call launches asks CUDA for the plan's shared-memory carveout
+    (pp3kernels.carveout), which the driver then reports for it; the outputs do not depend
+    on it. A value no other test uses (37%), so that the kernels asked are this call's."""
+    args = _make_large(
+        batch=batch, drafts=5, vocab=VOCAB, seed=59 * batch, q=q, device=DEVICE, support=support
+    )
+    base = plan_launch(batch, 6, VOCAB, interpreter=False, support=support, dense=q == "dense")
+    assert base.carveout == (100 if batch < 16 and q != "point" else -1)
+    want = verify_chain(**args, validate=False, plan=replace(base, carveout=-1))
+    before = dict(carveout_module._asked)
+    pinned = replace(base, carveout=37)
+    _assert_alternating_calls_give([want], [args], pinned)
+    asked = [f for f, value in carveout_module._asked.items() if before.get(f) != value]
+    assert len(asked) == launches
+    assert all(carveout_module._asked[f] == 37 for f in asked)
+    libcuda = ctypes.CDLL("libcuda.so.1")
+    for function in asked:
+        value = ctypes.c_int(-2)
+        status = libcuda.cuFuncGetAttribute(ctypes.byref(value), 9, ctypes.c_void_p(function))
+        assert (status, value.value) == (0, 37)
 
 
 def _assert_alternating_calls_give(

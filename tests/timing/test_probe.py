@@ -377,6 +377,7 @@ def test_each_case_names_the_selector_plan_it_was_timed_with() -> None:
         "support_tile": 0,  # S = 1 (point drafts): nothing to split (v5 steps 25-26)
         "support_warps": 0,
         "ticket": False,  # no split support: no ticketed finish (v5 step 28)
+        "carveout": -1,  # point drafts: the driver splits shared memory (v5 step 33)
     }
     assert (large["block_v"], large["num_warps"], large["groups"]) == (128, 4, 4)
     assert large["tma"] is False and large["kind_order"] is False
@@ -464,6 +465,26 @@ def test_slow_comparator_gets_one_graph_of_sets_and_few_replays() -> None:
 # a time in pp3cli/timing/summary.py against test_probe and test_verify_receipts)
 
 
+def _with_copy_timing(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` as if the probe had timed a copy of 1 MiB (median 11.5 µs): its bandwidth,
+    and every case's floor and ratios from it."""
+    times = [10.0, 12.0, 11.0, 13.0]
+    copy_bytes = 1 << 20
+    bandwidth = 2 * copy_bytes / (11.5 * 1e-6)
+    data["copy"] = {
+        "bytes": copy_bytes,
+        "times_us": times,
+        "summary": probe_summary.summarize(times),
+        "bytes_per_s": bandwidth,
+    }
+    data["copy_bandwidth_bytes_per_s"] = bandwidth
+    for case in data["cases"]:
+        case["floor_us"] = probe_cases.floor_us(case["bytes_read"], bandwidth)
+        medians = {n: probe_summary.median_or_none(e) for n, e in case["comparators"].items()}
+        case["ratios"] = probe_summary.case_ratios(medians, case["floor_us"])
+    return data
+
+
 def test_ratio_is_none_only_when_a_side_is_missing_or_the_denominator_is_zero() -> None:
     assert probe_summary.ratio(3.0, 1.0) == 3.0
     assert probe_summary.ratio(3.0, 0.0) is None
@@ -473,9 +494,7 @@ def test_ratio_is_none_only_when_a_side_is_missing_or_the_denominator_is_zero() 
 def test_recomputer_binds_the_copy_timing_and_missing_ratios() -> None:
     """The copy's summary is recomputed from its raw times; a ratio stored as a number where
     a side is missing, or as None where both sides are timed, is a mismatch."""
-    data = tiny_data()
-    times = [10.0, 12.0, 11.0, 13.0]
-    data["copy"] = {"bytes": 1 << 20, "times_us": times, "summary": probe_summary.summarize(times)}
+    data = _with_copy_timing(tiny_data())
     assert probe_summary.recompute_probe_data(data) == []
 
     tampered = copy.deepcopy(data)
@@ -714,3 +733,26 @@ def test_copy_bandwidth_counts_bytes_read_and_written_per_second_of_the_median()
     assert result["times_us"] == [500.0, 1000.0, 1500.0]  # ms from the timer, in µs
     assert result["summary"]["median"] == 1000.0 and result["bytes"] == 1000
     assert result["bytes_per_s"] == pytest.approx(2 * 1000 / 1e-3)
+
+
+def test_recomputer_binds_the_floors_to_the_geometry_and_the_copy_bandwidth() -> None:
+    """The floors that the targets are judged against come from each case's stored geometry
+    (bytes read) and the copy timing (2 x bytes / median; the nominal bandwidth without
+    one): a floor, a byte count or a bandwidth edited alone is found."""
+    data = _with_copy_timing(tiny_data())
+    bandwidth = data["copy_bandwidth_bytes_per_s"]
+    assert probe_summary.recompute_probe_data(data) == []
+    name = data["cases"][1]["name"]
+    edits: list[tuple[Callable[[dict[str, Any]], None], str]] = [
+        (lambda d: d["cases"][1].update(floor_us=d["cases"][1]["floor_us"] * 2), "floor_us"),
+        (lambda d: d["cases"][1].update(bytes_read=d["cases"][1]["bytes_read"] + 1), "bytes_read"),
+        (lambda d: d["cases"][1]["case"].update(batch=d["cases"][1]["case"]["batch"] + 1), name),
+        (lambda d: d["copy"].update(bytes_per_s=bandwidth / 2), "copy: bytes_per_s"),
+        (lambda d: d.update(copy_bandwidth_bytes_per_s=bandwidth / 2), "copy_bandwidth"),
+        (lambda d: d.update(copy=None), "copy_bandwidth"),
+    ]
+    for edit, fragment in edits:
+        tampered = copy.deepcopy(data)
+        edit(tampered)
+        problems = probe_summary.recompute_probe_data(tampered)
+        assert any(fragment in problem for problem in problems), (fragment, problems)

@@ -167,17 +167,30 @@ def _combine_max_sum(part_max, part_sum, inv_tau, AXIS: tl.constexpr):
     ``part_max``. Lanes into a row (phase 1) and chunks into a row (phase 2) use it alike.
     """
     m = tl.max(part_max, axis=AXIS)
+    return m, tl.sum(_rescaled_sums(part_max, part_sum, m, inv_tau, AXIS), axis=AXIS)
+
+
+@triton.jit
+def _rescaled_sums(part_max, part_sum, m, inv_tau, AXIS: tl.constexpr):
+    """The terms s_j exp((m_j - m)/tau) of ``_combine_max_sum``'s s, 0 for an empty part
+    (m_j = -inf), for a caller that sums them in a reduction of its own."""
     live = part_max != float("-inf")
     scale = tl.where(live, tl.exp((part_max - tl.expand_dims(m, AXIS)) * inv_tau), 0.0)
-    s = tl.sum(tl.where(live, part_sum * scale, 0.0), axis=AXIS)
-    return m, s
+    return tl.where(live, part_sum * scale, 0.0)
 
 
 @triton.jit
 def _first_argmax(part_max, part_arg, m, AXIS: tl.constexpr):
     """The lowest first-argmax among the parts along AXIS whose max equals the combined max
     m (-0.0 == +0.0, so signed zeros tie and the lowest id wins)."""
-    return tl.min(tl.where(part_max == tl.expand_dims(m, AXIS), part_arg, _BIG_INDEX), axis=AXIS)
+    return tl.min(_argmax_candidates(part_max, part_arg, m, AXIS), axis=AXIS)
+
+
+@triton.jit
+def _argmax_candidates(part_max, part_arg, m, AXIS: tl.constexpr):
+    """Each part's first argmax where its max is the combined max m, else _BIG_INDEX: the
+    terms whose minimum is ``_first_argmax``."""
+    return tl.where(part_max == tl.expand_dims(m, AXIS), part_arg, _BIG_INDEX)
 
 
 # --------------------------------------------------------------------------------------
@@ -848,6 +861,19 @@ def _unpinned_flag(x):
 
 
 @triton.jit
+def _unpinned_each(values):
+    """Each [1] value of the tuple ``values`` unpinned, in order: ``_unpinned_flag`` for a
+    boolean, ``_unpinned`` otherwise."""
+    unpinned: tl.tuple = ()
+    for i in tl.static_range(len(values)):
+        if values[i].dtype == tl.int1:
+            unpinned = unpinned + (_unpinned_flag(values[i]),)
+        else:
+            unpinned = unpinned + (_unpinned(values[i]),)
+    return unpinned
+
+
+@triton.jit
 def _scatter_residuals(
     e,
     mask_v,
@@ -1413,12 +1439,10 @@ def _row_statistics(
         r_max, nan_flags, inf_flags = tl.reduce(
             (p_max, p_flag & _FLAG_NAN, p_flag & _FLAG_POSINF), 2, _max_max_max
         )
-        live = p_max != float("-inf")
-        scale = tl.where(live, tl.exp((p_max - r_max[:, :, None]) * inv_tau[:, None, None]), 0.0)
         r_sum, greedy = tl.reduce(
             (
-                tl.where(live, p_sum * scale, 0.0),
-                tl.where(p_max == r_max[:, :, None], p_arg, _BIG_INDEX),
+                _rescaled_sums(p_max, p_sum, r_max, inv_tau[:, None, None], 2),
+                _argmax_candidates(p_max, p_arg, r_max, 2),
             ),
             2,
             _add_min,
@@ -1639,13 +1663,9 @@ def _chain_stop(
     resid = need_sample & (stop_row < K) & (stop_draft >= 0)
     final = tl.where(is_t1, _NO_TOKEN, final)
     if BLOCK_B == 1:  # one request a program: see _unpinned
-        status = _unpinned(status)
-        stop_row = _unpinned(stop_row)
-        need_sample = _unpinned_flag(need_sample)
-        resid = _unpinned_flag(resid)
-        stop_max = _unpinned(stop_max)
-        stop_sum = _unpinned(stop_sum)
-        final = _unpinned(final)
+        status, stop_row, need_sample, resid, stop_max, stop_sum, final = _unpinned_each(
+            (status, stop_row, need_sample, resid, stop_max, stop_sum, final)
+        )
     if PREFETCH:
         stop_slots = _stop_row_slots(draft_row_slots, at_stop)
     else:
@@ -1680,12 +1700,9 @@ def _requests(pid_b, B, temp_ptr, seed_ptr, pos_ptr, BLOCK_B: tl.constexpr):
     seed = tl.load(seed_ptr + offs_b, mask=mask_b, other=0)
     position = tl.load(pos_ptr + offs_b, mask=mask_b, other=0)
     if BLOCK_B == 1:  # one request a program: see _unpinned
-        offs_b = _unpinned(offs_b)
-        mask_b = _unpinned_flag(mask_b)
-        is_t1 = _unpinned_flag(is_t1)
-        inv_tau = _unpinned(inv_tau)
-        seed = _unpinned(seed)
-        position = _unpinned(position)
+        offs_b, mask_b, is_t1, inv_tau, seed, position = _unpinned_each(
+            (offs_b, mask_b, is_t1, inv_tau, seed, position)
+        )
     return offs_b, mask_b, is_t1, inv_tau, seed, position
 
 
