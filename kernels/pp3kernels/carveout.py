@@ -9,6 +9,14 @@ multiprocessor has drained. The selector's phase-2 programs start during phase 1
 (programmatic dependent launch) on multiprocessors that phase 1 fills, so where phase 2
 reads much before its wait every kernel of a call asks for one split (``LaunchPlan.carveout``;
 bench/NOTES.md, twenty-eighth and thirty-first sessions).
+
+The ask is an attribute of the loaded kernel (the CUfunction), not of a launch: two plans
+whose launches ran one compiled kernel would overwrite each other's value, and a CUDA graph
+of one would run with whatever the other asked last. So the carveout is also a compile-time
+argument of every kernel (``selector.launch_constants``, read by none): each value has its
+own compiled kernels, asked once. A kernel's first launch runs with the driver's choice
+(the handle exists only once it has launched); every later launch, and every graph captured
+after it, with the plan's.
 """
 
 from __future__ import annotations

@@ -413,6 +413,9 @@ def launch_constants(
     """The compile-time arguments of phase 1's launch and of the phase-2 launches (rescan
     and finish), in that order, for ``rows`` = K+1 rows per request; ``support`` is S for
     sparse q, else 1; ``tma``: phase 1 reads through a descriptor (``reads_by_tma``).
+    Both carry the plan's carveout, which no kernel reads: as a compile-time argument it gives
+    each carveout its own compiled kernel, so that the per-function attribute one plan asks
+    for is never the one another plan's launches (and CUDA graphs) run with.
     verify_chain launches with them; bench/compile_sm90.py compiles with them."""
     r = int(triton.next_power_of_2(rows))
     shape: dict[str, int | bool] = {"K": rows - 1, "R": r, "BLOCK_B": plan.block_b}
@@ -425,6 +428,7 @@ def launch_constants(
         "OVERLAP": overlap,
         "TMA": tma,
         "KIND_ORDER": bool(plan.flat_rows) and plan.kind_order,
+        "CARVEOUT": plan.carveout,
     }
     phase2: dict[str, int | bool] = {
         **shape,
@@ -435,6 +439,7 @@ def launch_constants(
         "BLOCK_F": plan.block_f or plan.block_v,
         "OVERLAP": overlap,
         "SUPPORT_TILE": plan.support_tile if q_mode == Q_SPARSE else 0,
+        "CARVEOUT": plan.carveout,
     }
     return stats, phase2
 

@@ -1501,6 +1501,10 @@ def test_launch_constants_name_every_compile_time_argument(
     assert stats["OVERLAP"] is overlap and phase2["OVERLAP"] is overlap
     assert (stats["K"], stats["R"], stats["BLOCK_R"], stats["FLAT"]) == (5, 8, 8, True)
     assert (phase2["S"], phase2["Q_MODE"], phase2["NSPLIT_P2"]) == (support, q_mode, 64)
+    # each carveout its own compiled kernels (pp3kernels.carveout)
+    assert stats["CARVEOUT"] == phase2["CARVEOUT"] == plan.carveout
+    asking = launch_constants(replace(plan, carveout=100), 6, q_mode, support, overlap=overlap)
+    assert asking[0]["CARVEOUT"] == asking[1]["CARVEOUT"] == 100
 
 
 def test_the_draw_reads_its_chunk_as_one_tile_below_256_requests_except_for_dense_q() -> None:

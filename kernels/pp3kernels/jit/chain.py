@@ -513,6 +513,7 @@ def chain_stats_kernel(
     OVERLAP: tl.constexpr,
     TMA: tl.constexpr,
     KIND_ORDER: tl.constexpr,
+    CARVEOUT: tl.constexpr,  # not read: see pp3kernels.carveout
 ):
     """Phase 1: per-row partial statistics of one vocabulary chunk for a block of rows.
 
@@ -1801,6 +1802,7 @@ def chain_rescan_kernel(
     BLOCK_F: tl.constexpr,
     OVERLAP: tl.constexpr,
     SUPPORT_TILE: tl.constexpr,
+    CARVEOUT: tl.constexpr,  # not read: see pp3kernels.carveout
 ):
     """Phase 2a, dense q (grid: request blocks x vocabulary splits): the exact residual
     mass W_c = sum over chunk c of max(e_v - q_v s, 0) of every T1 request whose stop row
@@ -1931,6 +1933,7 @@ def chain_counts_kernel(
     OVERLAP: tl.constexpr,
     SUPPORT_TILE: tl.constexpr,
     TICKET: tl.constexpr,
+    CARVEOUT: tl.constexpr,  # not read: see pp3kernels.carveout
 ):
     """Phase 2a, sparse q with SUPPORT_TILE > 0 (grid: request blocks x the K draft rows):
     for draft row k of every request, the count n of its draft x in q's row and whether q
@@ -2036,6 +2039,7 @@ def chain_support_kernel(
     OVERLAP: tl.constexpr,
     SUPPORT_TILE: tl.constexpr,
     TICKET: tl.constexpr,
+    CARVEOUT: tl.constexpr,  # not read: see pp3kernels.carveout
 ):
     """Phase 2b, sparse q with SUPPORT_TILE > 0 (grid: request blocks x tiles of
     SUPPORT_TILE support slots): for every request whose stop row rejected a draft, the
@@ -2232,6 +2236,7 @@ def chain_finish_kernel(
     BLOCK_F: tl.constexpr,
     OVERLAP: tl.constexpr,
     SUPPORT_TILE: tl.constexpr,
+    CARVEOUT: tl.constexpr,  # not read: see pp3kernels.carveout
 ):
     """Phase 2: combine the partials, walk the chain, draw the stop row's token.
 
