@@ -344,6 +344,13 @@ def recompute_qualification(predicate: Mapping[str, Any]) -> tuple[str, list[str
         problems.append(
             f"family: stored passed={data['family']['passed']}, recomputed {family.passed}"
         )
+    named = [str(control["defect"]) for control in data["controls"]]
+    listed = predicate["parameters"].get("controls")
+    if listed is not None:  # a receipt names the controls it ran; a library caller may not
+        if not listed:
+            problems.append("no negative control: a receipt's verdict needs caught defects")
+        if named != [str(defect) for defect in listed]:
+            problems.append(f"controls {named} but the parameters list {list(listed)}")
     caught = []
     for control in data["controls"]:
         c_family, c_problems = _recompute_members(control["members"], alpha)

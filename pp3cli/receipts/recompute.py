@@ -17,9 +17,13 @@ Recomputer = Callable[[Mapping[str, Any]], str]
 
 
 def recompute_qualification(predicate: Mapping[str, Any]) -> str:
-    """``pp3cli.evidence.family.recompute_qualification``'s verdict."""
+    """``pp3cli.evidence.family.recompute_qualification``'s verdict; FAIL for a receipt
+    whose parameters do not name the negative controls it ran."""
     from pp3cli.evidence.family import recompute_qualification as recompute
+    from pp3cli.evidence.verdict import FAIL
 
+    if "controls" not in predicate["parameters"]:
+        return FAIL
     verdict, _problems = recompute(predicate)
     return verdict
 

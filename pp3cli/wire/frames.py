@@ -212,6 +212,8 @@ def _check_denominator(denominator: int, request_id: int | None = None) -> None:
 
 
 def _broadcast_u64(value: int | ArrayLike, batch: int, name: str) -> list[int]:
+    if isinstance(value, int) and not 0 <= value <= MAX_U64:  # numpy would say "object"
+        raise ValueError(f"{name}: {value} does not fit an unsigned 64-bit field")
     raw = np.asarray(value) if isinstance(value, int) else _as_numpy(value, name)
     array = np.broadcast_to(raw, (batch,))
     if array.dtype.kind not in "iu":

@@ -12,6 +12,7 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 import torch
 
@@ -31,6 +32,7 @@ from pp3cli.evidence.stats import g_test, holm, power_of
 from pp3cli.evidence.targets import TARGETS, target_by_name
 from pp3cli.evidence.verdict import battery_caught
 from pp3cli.receipts.recompute import RECOMPUTERS
+from pp3cli.run.scratch import repo_root
 from pp3kernels import ChainInputs, ChainResult
 from pp3kernels.reference import DEFECTS, reference_verify_chain
 
@@ -133,8 +135,15 @@ def test_impossible_outcome_fails(reference_report: QualificationReport) -> None
 def test_recomputer_accepts_the_receipt_and_detects_tampering(
     reference_report: QualificationReport,
 ) -> None:
+    """The smoke report ran no controls, so it is judged as a library caller's report (the
+    family recomputer's verdict); as a receipt, whose parameters must name its controls, it
+    FAILs."""
     predicate = _predicate(reference_report)
-    recompute = RECOMPUTERS["qualification"]
+    assert RECOMPUTERS["qualification"](predicate) == "FAIL"  # a receipt without controls
+
+    def recompute(candidate: dict[str, Any]) -> str:
+        return recompute_qualification(candidate)[0]
+
     assert recompute(predicate) == "PASS"
     tampered = copy.deepcopy(predicate)
     member = tampered["data"]["members"][4]
@@ -426,3 +435,38 @@ def test_stated_target_power_is_recomputed_from_the_members() -> None:
         edited[0].update(edit)
         assert _recompute_target_power(stored, edited, ALPHA), edit
     assert _recompute_target_power(stored, claimed[1:], ALPHA)
+
+
+# ---- A receipt's controls are the ones its parameters name (found by a campaign, 2026-12-05)
+
+
+def _committed_qualification() -> dict[str, Any]:
+    """The smallest committed qualification receipt's predicate (every one ran controls)."""
+    folder = repo_root() / "receipts"
+    smallest = min(folder.glob("qualification-*.json"), key=lambda p: p.stat().st_size)
+    predicate: dict[str, Any] = orjson.loads(smallest.read_bytes())["predicate"]
+    return predicate
+
+
+def test_a_receipts_recorded_controls_must_be_the_ones_its_parameters_name() -> None:
+    from pp3cli.receipts.recompute import recompute_qualification as receipt_verdict
+
+    predicate = _committed_qualification()
+    named = [str(c["defect"]) for c in predicate["data"]["controls"]]
+    assert len(named) >= 2 and predicate["parameters"]["controls"] == named
+    assert recompute_qualification(predicate) == (predicate["verdict"], [])
+    dropped = copy.deepcopy(predicate)
+    dropped["data"]["controls"].pop()  # a control that was not caught, left out
+    verdict, problems = recompute_qualification(dropped)
+    assert verdict == "FAIL" and any("but the parameters list" in p for p in problems)
+    swapped = copy.deepcopy(predicate)
+    swapped["parameters"]["controls"] = named[::-1]
+    assert recompute_qualification(swapped)[0] == "FAIL"
+    none = copy.deepcopy(predicate)
+    none["data"]["controls"], none["parameters"]["controls"] = [], []
+    verdict, problems = recompute_qualification(none)
+    assert verdict == "FAIL" and any("no negative control" in p for p in problems)
+    unnamed = copy.deepcopy(predicate)
+    del unnamed["parameters"]["controls"]
+    assert recompute_qualification(unnamed)[0] == predicate["verdict"]  # a library caller
+    assert receipt_verdict(unnamed) == "FAIL" and receipt_verdict(predicate) == "PASS"

@@ -171,3 +171,9 @@ def test_scatter_refuses_frames_it_cannot_write() -> None:
     drafts, ids, counts = out()
     with pytest.raises(ValueError, match="C-contiguous"):
         decoded.scatter(np.array([0, -1]), drafts, ids, np.asfortranarray(counts))
+
+
+@pytest.mark.parametrize("name", ["request_ids", "generation", "sequence"])
+def test_a_header_integer_past_64_bits_is_named_with_its_value(name: str) -> None:
+    with pytest.raises(ValueError, match=f"{name}: {1 << 64} does not fit an unsigned 64-bit"):
+        _encode(1, 1, **{name: 1 << 64})
