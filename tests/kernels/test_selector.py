@@ -40,6 +40,7 @@ from pp3kernels.interface import ChainResult
 from pp3kernels.jit import chain as chain_kernels
 from pp3kernels.jit.launch import (
     MAX_LOOPED_SLOTS,
+    MAX_MEMBERSHIP_TILE,
     MAX_PREFETCH_SLOTS,
     MAX_SLOT_TILE,
     Q_DENSE,
@@ -505,6 +506,24 @@ def test_split_plan_wide_support_in_every_chunk_equals_reference(support_tile: i
     _assert_same(split, _reference(args), args)
     assert int((split.accepted < 3).sum()) == 8
     assert bool((split.status == STATUS_OK).all())
+
+
+def test_four_chunk_corrections_use_each_chunks_own_support_mass() -> None:
+    """The four-chunks-at-a-time sums without the rescan's cover: near-flat logits (every
+    e_v near 1) in chunks of 1,280 tokens, more than the 1,024 slots of a 600-token support
+    (S_P2 * NSPLIT_P2 = 8,192 > MAX_MEMBERSHIP_TILE), so a chunk's corrected remainder
+    M_c - sum_s e_s is far above the rescan threshold and its mass W_c is used as computed.
+    A slot counted in a chunk it is not in (or a padding slot counted anywhere) changes W_c
+    by up to a thousand tokens' mass and moves the residual draws off the reference's."""
+    args = _make(
+        batch=8, drafts=3, vocab=6000, seed=13, support=600, greedy_share=0.0, mask_share=0.0
+    )
+    args["logits"] = args["logits"] * 0.004  # randn * 0.01: e_v >= exp(-0.1 / 0.3) > 0.7
+    plan = LaunchPlan(block_b=1, block_v=64, nsplit=5, chunk=1280, num_warps=4)
+    assert slot_axis(600) * 8 > MAX_MEMBERSHIP_TILE and 1280 > slot_axis(600)
+    got = _kernel(args, plan=plan)
+    _assert_same(got, _reference(args), args)
+    assert int((got.accepted < 3).sum()) == 8  # every request draws from its residual
 
 
 @pytest.mark.parametrize(
