@@ -19,7 +19,7 @@ import torch
 from pp3cli.evidence.exact import fraction_from_text, fraction_text
 from pp3cli.evidence.family import member_laws, plan_samples, recompute_qualification
 from pp3cli.evidence.greedy import greedy_from_logits
-from pp3cli.evidence.profiles import PROFILES
+from pp3cli.evidence.profiles import POWER, PROFILES
 from pp3cli.evidence.qualify import (
     Battery,
     QualificationReport,
@@ -28,7 +28,7 @@ from pp3cli.evidence.qualify import (
     run_qualification,
     target_inputs,
 )
-from pp3cli.evidence.stats import g_test, holm, power_of
+from pp3cli.evidence.stats import detectable_tv, g_test, holm, power_of
 from pp3cli.evidence.targets import TARGETS, target_by_name
 from pp3cli.evidence.verdict import battery_caught
 from pp3cli.receipts.recompute import RECOMPUTERS
@@ -470,3 +470,65 @@ def test_a_receipts_recorded_controls_must_be_the_ones_its_parameters_name() -> 
     del unnamed["parameters"]["controls"]
     assert recompute_qualification(unnamed)[0] == predicate["verdict"]  # a library caller
     assert receipt_verdict(unnamed) == "FAIL" and receipt_verdict(predicate) == "PASS"
+
+
+# ---- Tests that kill mutants a campaign over evidence/family.py's recomputer found surviving
+
+
+def test_a_target_whose_weakest_member_has_one_degree_of_freedom_is_recomputed_on_it(
+    reference_report: QualificationReport,
+) -> None:
+    """The detectable TV is computed on each member's own pooled df, 1 included: a
+    one-member family whose only member has df = 1 states detectable_tv(n, 1, alpha, POWER),
+    and a statement computed on df = 2 is found."""
+    predicate = _predicate(reference_report)
+    member = next(m for m in predicate["data"]["members"] if m["result"]["df"] == 1)
+    n = int(member["result"]["n"])
+    predicate["data"]["members"] = [member]
+
+    def stated(df: int) -> list[dict[str, Any]]:
+        return [{"name": member["target"], "requests": n, "tv": detectable_tv(n, df, ALPHA, POWER)}]
+
+    predicate["data"]["targets"] = stated(1)
+    _, problems = recompute_qualification(predicate)
+    assert not any("detecting TV" in p for p in problems), problems
+    predicate["data"]["targets"] = stated(2)
+    _, problems = recompute_qualification(predicate)
+    assert any("detecting TV" in p for p in problems), problems
+    for scale, flagged in ((1 + 0.75e-9, False), (1 + 1.25e-9, True)):  # held to 1e-9 too
+        predicate["data"]["targets"] = stated(1)
+        predicate["data"]["targets"][0]["tv"] *= scale
+        _, problems = recompute_qualification(predicate)
+        assert any("detecting TV" in p for p in problems) is flagged, (scale, problems)
+
+
+def test_a_receipt_without_edge_decides_is_judged_with_its_edge_checks(
+    reference_report: QualificationReport,
+) -> None:
+    """Receipts written before peers were qualified have no ``edge_decides``: a failed edge
+    check there makes the verdict FAIL, as for pp3's own selector."""
+    predicate = _predicate(reference_report)
+    del predicate["data"]["edge_decides"]
+    predicate["data"]["edge"][0]["passed"] = False
+    predicate["verdict"] = "FAIL"
+    assert recompute_qualification(predicate) == ("FAIL", [])
+    predicate["data"]["edge_decides"] = False  # a peer's: the edge checks are reported only
+    verdict, problems = recompute_qualification(predicate)
+    assert verdict == "PASS" and any("stored verdict FAIL" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("key", ["statistic", "p_value"])
+def test_stored_statistics_are_held_to_a_relative_1e_9(
+    reference_report: QualificationReport, key: str
+) -> None:
+    """docs/receipts.md: a stored G statistic or p-value more than a relative 1e-9 from the
+    recomputed one is a problem; one within it is float noise."""
+    predicate = _predicate(reference_report)
+    member = next(m for m in predicate["data"]["members"] if m["result"][key] > 1e-6)
+    value = float(member["result"][key])
+    for scale, flagged in ((1 + 0.75e-9, False), (1 + 1.25e-9, True)):
+        tampered = copy.deepcopy(predicate)
+        target = next(m for m in tampered["data"]["members"] if m["name"] == member["name"])
+        target["result"][key] = value * scale
+        _, problems = recompute_qualification(tampered)
+        assert any(f"stored {key}" in p for p in problems) is flagged, (scale, problems)

@@ -756,3 +756,149 @@ def test_recomputer_binds_the_floors_to_the_geometry_and_the_copy_bandwidth() ->
         edit(tampered)
         problems = probe_summary.recompute_probe_data(tampered)
         assert any(fragment in problem for problem in problems), (fragment, problems)
+
+
+# ---- Tests that kill mutants a campaign over timing/comparators.py found surviving
+
+
+def _case(draft: str, *, batch: int = 7, depth: int = 3, vocab: int = 50, support: int = 4) -> Any:
+    return probe_cases.ProbeCase(batch, depth, vocab, "fp32", draft, 2, support)
+
+
+def test_probe_inputs_follow_the_documented_method() -> None:
+    """docs/probe.md's inputs, rebuilt independently: randn * LOGIT_SCALE from a generator
+    seeded with seed * 1,000,003 + set index; drafts the rows' argmax except in every third
+    request (b = 1, 4, ...), whose draft at position b mod K is argmax + 1 mod V; per-request
+    seeds distinct across requests and input sets; positions 1000 + 7 b."""
+    case = _case("point")
+    device = torch.device("cpu")
+    got = probe_comparators.make_inputs(case, device=device, seed=5, set_index=2)
+    generator = torch.Generator(device=device).manual_seed(5 * 1_000_003 + 2)
+    logits = torch.randn(7, 4, 50, generator=generator) * probe_cases.LOGIT_SCALE
+    assert torch.equal(got.chain.logits, logits)
+    argmax = logits.argmax(-1)
+    want = argmax[:, :3].clone()
+    for b in (1, 4):
+        want[b, b % 3] = (want[b, b % 3] + 1) % 50
+    assert torch.equal(got.chain.draft_tokens, want.to(torch.int32))
+    assert got.chain.position.tolist() == [1000 + 7 * b for b in range(7)]
+    assert got.chain.temperature.tolist() == [0.0 if t0 else 1.0 for t0 in got.t0_mask.tolist()]
+    seeds = {
+        s
+        for index in range(3)
+        for s in probe_comparators.make_inputs(
+            case, device=device, seed=5, set_index=index
+        ).chain.seed.tolist()
+    }
+    assert len(seeds) == 3 * 7  # no two requests of a case's input sets share a stream
+    other = probe_comparators.make_inputs(case, device=device, seed=6, set_index=0)
+    assert not seeds & set(other.chain.seed.tolist())  # nor do two probe seeds
+    tokens, accepted = greedy_path(argmax, want)
+    assert torch.equal(got.greedy_tokens, tokens) and torch.equal(got.greedy_accepted, accepted)
+
+
+def test_the_off_by_one_draft_wraps_at_the_vocabulary_end() -> None:
+    """A draft at V - 1 moved by one is token 0, not V (which would be out of range)."""
+    case = _case("point", batch=2, depth=1, vocab=2)
+    for seed in range(20):
+        inputs = probe_comparators.make_inputs(
+            case, device=torch.device("cpu"), seed=seed, set_index=0
+        )
+        argmax = int(inputs.chain.logits[1, 0].argmax())
+        assert int(inputs.chain.draft_tokens[1, 0]) == (argmax + 1) % 2
+
+
+@pytest.mark.parametrize("draft", ["point", "sparse", "dense"])
+def test_probe_draft_laws_spread_q_evenly_over_the_stride(draft: str) -> None:
+    """Point: one id, the draft, count C = 2^16. Sparse: ids (x + 2003 j) mod V, j < S, each
+    count SPARSE_COUNT over C = S * SPARSE_COUNT. Dense: the same law as a [B, K, V] fp32 q
+    (1/S at those ids); vLLM's draft logits are its log."""
+    case = _case(draft, vocab=4001, support=5)
+    inputs = probe_comparators.make_inputs(case, device=torch.device("cpu"), seed=1, set_index=0)
+    chain, drafts = inputs.chain, inputs.chain.draft_tokens.to(torch.int64)
+    offsets = torch.arange(5) * probe_cases.SUPPORT_STRIDE
+    ids = (drafts[:, :, None] + offsets) % 4001
+    if draft == "point":
+        assert chain.q_ids is not None and chain.q_counts is not None
+        assert torch.equal(chain.q_ids, drafts[:, :, None].to(torch.int32))
+        assert bool((chain.q_counts == probe_cases.POINT_DENOMINATOR).all())
+        assert chain.denominator == probe_cases.POINT_DENOMINATOR
+        return
+    law = torch.zeros(7, 3, 4001).scatter_(2, ids, 0.2)
+    if draft == "sparse":
+        assert chain.q_ids is not None and chain.q_counts is not None and chain.q_dense is None
+        assert torch.equal(chain.q_ids.to(torch.int64), ids)
+        assert bool((chain.q_counts == probe_cases.SPARSE_COUNT).all())
+        assert chain.denominator == 5 * probe_cases.SPARSE_COUNT
+    else:
+        assert chain.q_dense is not None and chain.q_ids is None
+        assert torch.equal(chain.q_dense, law)
+    draft_logits = inputs.vllm_kwargs["draft_logits"]
+    assert torch.equal(draft_logits.reshape(law.shape), torch.log(law))
+
+
+def test_check_chain_accepts_token_zero_and_rejects_accepted_past_k() -> None:
+    """Token 0 is a valid token; accepted must lie in [0, K], K + 1 included as a failure."""
+    drafts = torch.tensor([[0, 0]], dtype=torch.int32)
+    chain = ChainInputs(
+        torch.zeros((1, 3, 10)),
+        drafts,
+        torch.ones(1),
+        torch.zeros(1, dtype=torch.int64),
+        torch.zeros(1, dtype=torch.int64),
+    )
+    tokens, accepted = torch.tensor([[0, 0, 0]]), torch.tensor([2])
+    inputs = ProbeInputs(chain, torch.tensor([False]), tokens, accepted)
+    assert all(probe_comparators.check_chain(inputs, tokens, accepted, None).values())
+    flags = probe_comparators.check_chain(inputs, tokens, torch.tensor([3]), None)
+    assert flags["accepted_in_range"] is False
+    flags = probe_comparators.check_chain(inputs, tokens, torch.tensor([-1]), None)
+    assert flags["accepted_in_range"] is False
+
+
+def test_argmax_check_needs_both_the_greedy_tokens_and_the_accepted_count() -> None:
+    case = _case("point")
+    inputs = probe_comparators.make_inputs(case, device=torch.device("cpu"), seed=2, set_index=0)
+    comparator = probe_comparators.argmax_comparator()
+    output = comparator.call(inputs)
+    assert comparator.check(inputs, output) == {"greedy_path_matches": True}
+    wrong_count = copy.copy(inputs)
+    wrong_count.greedy_accepted = inputs.greedy_accepted + 1
+    assert comparator.check(wrong_count, output) == {"greedy_path_matches": False}
+    wrong_tokens = copy.copy(inputs)
+    wrong_tokens.greedy_tokens = inputs.greedy_tokens.flip(0)
+    assert comparator.check(wrong_tokens, output) == {"greedy_path_matches": False}
+
+
+def test_pp3s_verifiers_are_checked_validated_and_timed_unvalidated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The selector and the reference run with host validation when checked and with
+    ``validate=False`` in graphs; only the reference is slow. A plain comparator is not."""
+    calls: list[tuple[str, dict[str, Any]]] = []
+
+    def recorder(name: str) -> Callable[..., Any]:
+        def verify(*args: Any, **kwargs: Any) -> Any:
+            calls.append((name, kwargs))
+            return None
+
+        return verify
+
+    monkeypatch.setattr(probe_comparators, "verify_chain", recorder("selector"))
+    monkeypatch.setattr(probe_comparators, "reference_verify_chain", recorder("reference"))
+    inputs = probe_comparators.make_inputs(
+        _case("point"), device=torch.device("cpu"), seed=0, set_index=0
+    )
+    for maker, slow in (
+        (probe_comparators.selector_comparator, False),
+        (probe_comparators.reference_comparator, True),
+    ):
+        comparator = maker()
+        assert comparator.slow is slow
+        calls.clear()
+        comparator.eager_call(inputs)
+        comparator.call(inputs)
+        assert [kwargs.get("validate", True) for _, kwargs in calls] == [True, False]
+        assert {name for name, _ in calls} == {comparator.name}
+    assert probe_comparators.argmax_comparator().slow is False
+    assert probe_comparators.vllm_comparator(lambda **kw: None, "n").slow is False

@@ -283,6 +283,18 @@ def test_pairing_with_an_exact_verifier_passes_and_joins_the_holm_family() -> No
     assert names <= set(report.family.adjusted)  # one Holm family
     assert len(report.family.adjusted) == len(report.members) + len(names)
     assert recompute_qualification(_predicate(report)) == ("PASS", [])
+    _assert_pairing_statistic_held_to_1e_9(report, "p_value")  # identical arms: p = 1
+
+
+def _assert_pairing_statistic_held_to_1e_9(report: QualificationReport, key: str) -> None:
+    """A pairing test's stored G statistic or p-value is held to a relative 1e-9, as the
+    members' are (docs/receipts.md): within it is float noise, beyond it a problem."""
+    for scale, flagged in ((1 + 0.75e-9, False), (1 + 1.25e-9, True)):
+        tampered = _predicate(report)
+        test = next(t for t in tampered["data"]["pairing"]["tests"] if t["result"][key] > 0)
+        test["result"][key] *= scale
+        _, problems = recompute_qualification(tampered)
+        assert any(f"stored {key}" in p for p in problems) is flagged, (key, scale, problems)
 
 
 def test_pairing_catches_a_t0_tie_bug_and_tampered_counts() -> None:
@@ -295,6 +307,7 @@ def test_pairing_catches_a_t0_tie_bug_and_tampered_counts() -> None:
     predicate = _predicate(report)
     verdict, problems = recompute_qualification(predicate)
     assert verdict == "FAIL" and problems == []
+    _assert_pairing_statistic_held_to_1e_9(report, "statistic")
     tampered = _predicate(report)
     test = tampered["data"]["pairing"]["tests"][0]
     test["first"][0] += 50
