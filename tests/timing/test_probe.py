@@ -146,20 +146,22 @@ def test_time_replays_divides_by_rounds_and_rotates() -> None:
     assert calls == ["a", "b", "a", "b", "a", "b", "a"]
 
 
+def _zero_chain(drafts: torch.Tensor, temperature: float) -> ChainInputs:
+    """Chain inputs around ``drafts`` [B, K]: zero logits over V = 10, one temperature."""
+    b, k = drafts.shape
+    zeros = torch.zeros(b, dtype=torch.int64)
+    return ChainInputs(
+        torch.zeros((b, k + 1, 10)), drafts, torch.full((b,), temperature), zeros, zeros
+    )
+
+
 def test_greedy_chain_and_checks_catch_a_wrong_token() -> None:
     argmax = torch.tensor([[3, 4, 5], [3, 4, 5]])
     drafts = torch.tensor([[3, 4], [3, 9]], dtype=torch.int32)
     tokens, accepted = greedy_path(argmax, drafts)
     assert tokens.tolist() == [[3, 4, 5], [3, 4, -1]]
     assert accepted.tolist() == [2, 1]
-    chain = ChainInputs(
-        torch.zeros((2, 3, 10)),
-        drafts,
-        torch.zeros(2),
-        torch.zeros(2, dtype=torch.int64),
-        torch.zeros(2, dtype=torch.int64),
-    )
-    inputs = ProbeInputs(chain, torch.tensor([True, True]), tokens, accepted)
+    inputs = ProbeInputs(_zero_chain(drafts, 0.0), torch.tensor([True, True]), tokens, accepted)
     good = probe_comparators.check_chain(inputs, tokens, accepted, torch.zeros(2, dtype=torch.int8))
     assert all(good.values())
     wrong = tokens.clone()
@@ -839,14 +841,7 @@ def test_probe_draft_laws_spread_q_evenly_over_the_stride(draft: str) -> None:
 
 def test_check_chain_accepts_token_zero_and_rejects_accepted_past_k() -> None:
     """Token 0 is a valid token; accepted must lie in [0, K], K + 1 included as a failure."""
-    drafts = torch.tensor([[0, 0]], dtype=torch.int32)
-    chain = ChainInputs(
-        torch.zeros((1, 3, 10)),
-        drafts,
-        torch.ones(1),
-        torch.zeros(1, dtype=torch.int64),
-        torch.zeros(1, dtype=torch.int64),
-    )
+    chain = _zero_chain(torch.tensor([[0, 0]], dtype=torch.int32), 1.0)
     tokens, accepted = torch.tensor([[0, 0, 0]]), torch.tensor([2])
     inputs = ProbeInputs(chain, torch.tensor([False]), tokens, accepted)
     assert all(probe_comparators.check_chain(inputs, tokens, accepted, None).values())
