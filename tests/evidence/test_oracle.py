@@ -343,3 +343,70 @@ def test_chunks_cover_exactly_n_requests() -> None:
     for member, one in zip(chunked["data"]["policies"], whole["data"]["policies"], strict=True):
         assert sum(member["counts"].values()) + member["malformed"] == member["n"] == 50
         assert member["counts"] == one["counts"]
+
+
+# ---- Tests that kill mutants a campaign over evidence/oracle.py found surviving
+
+
+def test_power_statement_of_a_member_with_and_without_degrees_of_freedom() -> None:
+    """A member with df >= 1 (one included) states its power at TV 0.01 and the TV it
+    detects with power 0.99 at Holm's strictest level; one with df = 0 (a single possible
+    outcome) can detect nothing: power 0, TV 1."""
+    from pp3cli.evidence.oracle import _power_statement
+    from pp3cli.evidence.stats import g_test, noncentrality_for_power, power_of
+
+    half = Fraction(1, 2)
+    two = g_test("two", [500, 500, 0], [half, half, Fraction(0)], 5)
+    assert two.df == 1
+    stated = _power_statement(two, 1000, 1e-6)
+    lam = noncentrality_for_power(1, 1e-6, 0.99)
+    assert stated == {
+        "member_alpha": 1e-6,
+        "power_at_tv_0.01": power_of(1000, 1e-2, 1, 1e-6),
+        "tv_at_power_0.99": (lam / 4000) ** 0.5,
+    }
+    assert 0.0 < stated["tv_at_power_0.99"] < 1.0
+    one = g_test("one", [1000, 0], [Fraction(1), Fraction(0)], 5)
+    assert one.df == 0
+    assert _power_statement(one, 1000, 1e-6) == {
+        "member_alpha": 1e-6,
+        "power_at_tv_0.01": 0.0,
+        "tv_at_power_0.99": 1.0,
+    }
+
+
+def test_each_draft_policy_is_what_its_description_says() -> None:
+    """The oracle's four policies, rebuilt from the target rows p_0..p_2 as their receipts'
+    descriptions state them."""
+    from pp3cli.evidence.oracle import POLICIES, TARGET_WEIGHTS
+
+    by_name = {policy.name: policy for policy in POLICIES}
+    assert list(by_name) == ["point-mass", "sharpened", "flattened-truncated", "off-support"]
+    rows = [[w / 64 for w in row] for row in TARGET_WEIGHTS[:3]]
+
+    def normalised(values: list[float]) -> list[float]:
+        return [v / sum(values) for v in values]
+
+    point = by_name["point-mass"]
+    assert [row.index(1.0) for row in point.rows] == [1, 2, 5]
+    assert all(sum(row) == 1.0 for row in point.rows)
+    assert [rows[i][t] for i, t in enumerate((1, 2, 5))] == [12 / 64, 25 / 64, 2 / 64]
+    expected: dict[str, list[list[float]]] = {
+        "sharpened": [normalised([p * p for p in row]) for row in rows],
+        "flattened-truncated": [],
+        "off-support": [],
+    }
+    for row in rows:
+        top = sorted(range(8), key=lambda v: (-row[v], v))[:4]  # ties: the lower id first
+        expected["flattened-truncated"].append(
+            normalised([p**0.5 if v in top else 0.0 for v, p in enumerate(row)])
+        )
+        holes = [v for v, p in enumerate(row) if p == 0]
+        expected["off-support"].append([p / 2 + (0.5 / len(holes) if p == 0 else 0.0) for p in row])
+    for name, want in expected.items():
+        got = by_name[name].rows
+        assert [list(row) for row in got] == [pytest.approx(row) for row in want], name
+    assert by_name["flattened-truncated"].invalidated == (False, False, True)
+    assert all(not any(by_name[n].invalidated) for n in ("point-mass", "sharpened", "off-support"))
+    flat = by_name["flattened-truncated"].rows
+    assert [sum(1 for q in row if q > 0) for row in flat] == [4, 4, 4]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import itertools
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -270,6 +271,8 @@ def test_cli_dry_run_lists_cases_and_runs_nothing(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "B4K5 point T0 0/4" in result.output and "B64K5 point T0 64/64" in result.output
     assert "23.09" in result.output
+    b64 = probe_cases.ProbeCase(64, 5, probe_cases.DEFAULT_VOCAB, "bf16", "point", 64, 64)
+    assert f"{b64.bytes_read() / 1e6:.2f}" in result.output  # the MB read column
 
 
 def test_cli_without_gpu_exits_3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -897,3 +900,77 @@ def test_pp3s_verifiers_are_checked_validated_and_timed_unvalidated(
         assert {name for name, _ in calls} == {comparator.name}
     assert probe_comparators.argmax_comparator().slow is False
     assert probe_comparators.vllm_comparator(lambda **kw: None, "n").slow is False
+
+
+# ---- Tests that kill mutants a campaign over cli/probe.py found surviving
+
+
+def test_pp3_probe_without_options_runs_the_configs_defaults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`pp3 probe` alone times ProbeConfig()'s cases with its method (docs/probe.md's
+    defaults, which another test pins to the config) and a 1024 MiB copy; the finding
+    records both, and its verdict and table come from the probe's data."""
+    from pp3cli.cli import probe as probe_cli
+    from pp3cli.timing import probe as probe_module
+
+    seen: dict[str, Any] = {}
+    data = tiny_data()
+
+    def probe_on_cuda(config: Any, **kwargs: Any) -> dict[str, Any]:
+        seen.update(config=config, **kwargs)
+        kwargs["progress"]("[1] a progress line")
+        return data
+
+    def run_receipted(name: str, settings: Any, run: Any, work: Any, **kwargs: Any) -> None:
+        seen["finding"] = work(None)
+        seen["kind"] = kwargs["kind"], kwargs["require_gpu"]
+
+    monkeypatch.setattr(probe_module, "probe_on_cuda", probe_on_cuda)
+    monkeypatch.setattr(probe_cli, "run_receipted", run_receipted)
+    result = CliRunner().invoke(app, ["--scratch", str(tmp_path), "probe"])
+    assert result.exit_code == 0, result.output
+    assert "a progress line" in result.stderr and "a progress line" not in result.stdout
+    assert seen["config"] == probe_cases.ProbeConfig()
+    assert seen["copy_mib"] == 1024 and seen["overlay_dir"] is None
+    assert seen["kind"] == ("probe", True)
+    finding = seen["finding"]
+    assert finding.parameters == {**asdict(probe_cases.ProbeConfig()), "copy_mib": 1024}
+    assert finding.data is data and finding.verdict == probe_summary.verdict_of(data)
+    for bad in ("0", "-3"):
+        refused = CliRunner().invoke(app, ["--scratch", str(tmp_path), "probe", "--copy-mib", bad])
+        assert isinstance(refused.exception, UsageProblem)  # exit 2 through pp3's main
+        assert f"--copy-mib must be >= 1, got {bad}" in str(refused.exception)
+    accepted = CliRunner().invoke(app, ["--scratch", str(tmp_path), "probe", "--copy-mib", "1"])
+    assert accepted.exit_code == 0 and seen["copy_mib"] == 1
+
+
+def test_results_table_shows_medians_ratios_bandwidth_and_memory() -> None:
+    """The human table: the copy rate in TB/s in its title; per case each comparator's
+    median (or "-" where it did not run), the floor, the selector's ratios, the selector's
+    achieved TB/s (bytes read over its median) and its extra memory in MiB."""
+    from rich.console import Console
+
+    from pp3cli.cli.probe import results_table
+
+    data = copy.deepcopy(tiny_data())
+    data["copy_bandwidth_bytes_per_s"] = 3.25e12
+    case = data["cases"][0]
+    case["comparators"]["selector"]["peak_extra_bytes"] = 3 << 20
+    case["comparators"]["argmax"]["summary"]["median"] = 2345.678
+    case["bytes_read"] = 2_500_000_000  # the table reads it as stored
+    case["ratios"] = {"selector/argmax": 0.123456, "selector/vllm": 0.5678, "selector/floor": 7.891}
+    selector = probe_summary.median_or_none(case["comparators"]["selector"])
+    assert selector is not None and selector != 2345.678
+    console = Console(width=400, record=True)
+    console.print(results_table(data))
+    text = console.export_text()
+    assert "copy 3.25 TB/s" in text
+    row = next(line for line in text.splitlines() if case["name"] in line)
+    cells = [cell.strip() for cell in row.split("│")[1:-1]]
+    achieved = 2_500_000_000 / (selector * 1e-6) / 1e12
+    assert 0.01 < achieved < 1e3  # a value that shows in two decimals
+    # case | selector argmax reference vllm | floor | 3 ratios | sel TB/s | sel MiB
+    assert cells[1:5] == [f"{selector:.1f}", "2345.7", "-", "-"]
+    assert cells[5:9] == [f"{case['floor_us']:.2f}", "0.12", "0.57", "7.89"]
+    assert cells[9:] == [f"{achieved:.2f}", "3.0"]
