@@ -7,6 +7,7 @@ import functools
 import json
 from fractions import Fraction
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -25,6 +26,7 @@ from pp3cli.evidence.oracle import (
     run_oracle,
     targets,
 )
+from pp3cli.evidence.profiles import ALPHA
 from pp3cli.run.errors import UsageProblem
 
 N_CPU = 1500
@@ -410,3 +412,105 @@ def test_each_draft_policy_is_what_its_description_says() -> None:
     assert all(not any(by_name[n].invalidated) for n in ("point-mass", "sharpened", "off-support"))
     flat = by_name["flattened-truncated"].rows
     assert [sum(1 for q in row if q > 0) for row in flat] == [4, 4, 4]
+
+
+# ---- Tests that kill mutants a campaign over cli/oracle.py found surviving
+
+
+def test_resolve_device_maps_auto_and_refuses_cuda_without_a_gpu() -> None:
+    from pp3cli.cli.oracle import resolve_device
+    from pp3cli.run.errors import EnvironmentProblem
+
+    assert resolve_device("auto", True) == "cuda" and resolve_device("auto", False) == "cpu"
+    assert resolve_device("cpu", True) == "cpu" and resolve_device("cpu", False) == "cpu"
+    assert resolve_device("cuda", True) == "cuda" and resolve_device("cuda:1", True) == "cuda:1"
+    for asked in ("cuda", "cuda:0"):
+        with pytest.raises(EnvironmentProblem, match=f"--device {asked}: torch sees no CUDA"):
+            resolve_device(asked, False)
+    with pytest.raises(UsageProblem, match="expected auto, cpu, cuda or cuda:N"):
+        resolve_device("gpu", True)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "accepted"),
+    [
+        ("--n", "0", False),
+        ("--n", "1", True),
+        ("--alpha", "0", False),
+        ("--alpha", "1", False),
+        ("--alpha", "0.5", True),
+        ("--seed", "-1", False),
+        ("--seed", str((1 << 60) - 1), True),
+        ("--seed", str(1 << 60), False),
+        ("--device", "tpu", False),
+    ],
+    ids=str,
+)
+def test_oracle_options_at_their_bounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, option: str, value: str, accepted: bool
+) -> None:
+    """--n >= 1, 0 < --alpha < 1, 0 <= --seed < 2^60: the bounds refused before anything
+    runs (exit 2, naming the value), the values inside them reaching the run."""
+    from pp3cli.cli import oracle as oracle_cli
+
+    reached: list[str] = []
+    monkeypatch.setattr(oracle_cli, "run_receipted", lambda name, *a, **k: reached.append(name))
+    outcome = CliRunner().invoke(app, ["--scratch", str(tmp_path), "oracle", option, value])
+    if accepted:
+        assert outcome.exit_code == 0 and reached == ["oracle"], outcome.output
+    else:
+        assert isinstance(outcome.exception, UsageProblem), outcome.output
+        message = str(outcome.exception)
+        assert option in message and value in message and reached == []
+
+
+@pytest.mark.parametrize(
+    ("cuda_available", "n_option", "want_device", "want_n"),
+    [(False, [], "cpu", 20_000), (True, [], "cuda", 200_000), (False, ["--n", "7"], "cpu", 7)],
+    ids=["cpu-default-n", "gpu-default-n", "given-n"],
+)
+def test_oracle_runs_on_the_resolved_device_with_its_default_n(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cuda_available: bool,
+    n_option: list[str],
+    want_device: str,
+    want_n: int,
+) -> None:
+    """--device auto (the default) runs on the GPU when the guard saw one, else on the CPU,
+    with ORACLE_REQUESTS_GPU / _CPU requests per policy unless --n says otherwise; the
+    finding's table marks each policy's identity exact or BROKEN."""
+    from rich.console import Console
+
+    from pp3cli.cli import oracle as oracle_cli
+    from pp3cli.evidence import oracle as oracle_module
+
+    calls: list[tuple[str, int, int, float]] = []
+    result = run_oracle("cpu", 50, 0, pp3kernels.reference_verify_chain, label="reference")
+    result["data"]["policies"][1]["identity"] = False
+
+    def fake_run_oracle(
+        device: str, n: int, seed: int, *args: Any, **kwargs: Any
+    ) -> dict[str, Any]:
+        calls.append((device, n, seed, kwargs["alpha"]))
+        return result
+
+    record = SimpleNamespace(cuda_available=cuda_available)  # the guard's record
+    findings: list[Any] = []
+
+    def run_receipted(name: str, settings: Any, run: Any, work: Any, **kwargs: Any) -> None:
+        assert kwargs["require_gpu"] is False  # auto never requires one
+        findings.append(work(record))
+
+    monkeypatch.setattr(oracle_module, "run_oracle", fake_run_oracle)
+    monkeypatch.setattr(oracle_cli, "run_receipted", run_receipted)
+    outcome = CliRunner().invoke(app, ["--scratch", str(tmp_path), "oracle", *n_option])
+    assert outcome.exit_code == 0, outcome.output
+    assert calls == [(want_device, want_n, 0, ALPHA)]  # seed 0 and alpha 1e-5 by default
+    console = Console(width=300, record=True)
+    console.print(findings[0].summary)
+    lines = [line for line in console.export_text().splitlines() if "│" in line]
+    names = [policy["name"] for policy in result["data"]["policies"]]
+    marks = {n: next(line for line in lines if n in line) for n in names}
+    assert "BROKEN" in marks[names[1]] and "exact" not in marks[names[1]]
+    assert all("exact" in marks[n] for n in names if n != names[1])
