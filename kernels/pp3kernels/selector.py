@@ -444,6 +444,14 @@ def launch_constants(
     return stats, phase2
 
 
+def _launch(
+    kernel: Launchable, grid: tuple[int, ...], plan: LaunchPlan, *args: object, **meta: object
+) -> None:
+    """Launch ``kernel`` over ``grid`` (asynchronously, on the current stream) and ask CUDA
+    for ``plan.carveout`` for it from its next launch on (``pp3kernels.carveout``)."""
+    prefer_carveout(kernel[grid](*args, **meta), plan.carveout)
+
+
 def verify_chain(
     logits: torch.Tensor,
     draft_tokens: torch.Tensor,
@@ -603,7 +611,10 @@ def verify_chain(
         stats_grid = (triton.cdiv(batch * rows, plan.flat_rows), plan.nsplit)
     else:
         stats_grid = (blocks, plan.nsplit)
-    launched = _chain_stats_kernel[stats_grid](
+    _launch(
+        _chain_stats_kernel,
+        stats_grid,
+        plan,
         logits,
         *logits.stride(),
         temperature,
@@ -613,7 +624,6 @@ def verify_chain(
         **stats_meta,
         num_warps=plan.num_warps,
     )
-    prefer_carveout(launched, plan.carveout)
     # The finish kernel's arguments up to its outputs, which the rescan kernel takes too.
     phase2 = (
         logits,
@@ -641,17 +651,33 @@ def verify_chain(
     if overlap:
         launch2["launch_pdl"] = True
     if q_mode == Q_DENSE:
-        launched = _chain_rescan_kernel[(blocks, plan.nsplit)](
-            *phase2, *split, float(den), **phase2_meta, **launch2
+        _launch(
+            _chain_rescan_kernel,
+            (blocks, plan.nsplit),
+            plan,
+            *phase2,
+            *split,
+            float(den),
+            **phase2_meta,
+            **launch2,
         )
-        prefer_carveout(launched, plan.carveout)
     ticket = bool(tiles) and k > 0 and plan.ticket
     if tiles and k > 0:  # (no draft row: nothing to count, no stop row rejects a draft)
-        launched = _chain_counts_kernel[(blocks, k)](
-            *phase2, *split, float(den), **phase2_meta, TICKET=ticket, **launch2
+        _launch(
+            _chain_counts_kernel,
+            (blocks, k),
+            plan,
+            *phase2,
+            *split,
+            float(den),
+            **phase2_meta,
+            TICKET=ticket,
+            **launch2,
         )
-        prefer_carveout(launched, plan.carveout)
-        launched = _chain_support_kernel[(blocks, tiles)](
+        _launch(
+            _chain_support_kernel,
+            (blocks, tiles),
+            plan,
             *phase2,
             tokens,
             accepted,
@@ -662,12 +688,20 @@ def verify_chain(
             TICKET=ticket,
             **{**launch2, "num_warps": plan.support_warps or plan.finish_warps},
         )
-        prefer_carveout(launched, plan.carveout)
     if not ticket:
-        launched = _chain_finish_kernel[(blocks,)](
-            *phase2, tokens, accepted, status, *split, float(den), **phase2_meta, **launch2
+        _launch(
+            _chain_finish_kernel,
+            (blocks,),
+            plan,
+            *phase2,
+            tokens,
+            accepted,
+            status,
+            *split,
+            float(den),
+            **phase2_meta,
+            **launch2,
         )
-        prefer_carveout(launched, plan.carveout)
     return ChainResult(tokens, accepted, status)
 
 
