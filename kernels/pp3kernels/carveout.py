@@ -42,12 +42,12 @@ def prefer_carveout(launched: object, percent: int) -> None:
     largest shared memory as shared memory (rounded up by the driver to a split it has), from
     its next launch on; -1 is the driver's own choice (CU_SHAREDMEM_CARVEOUT_DEFAULT), every
     kernel's until asked. The driver is asked only when a kernel's value changes; nothing is
-    asked for anything without a CUfunction handle (Triton's interpreter)."""
+    asked for anything without a CUfunction handle (Triton's interpreter). The range (-1 to
+    100) is the launch plan's to check (``verify_chain`` refuses a plan outside it before
+    anything launches); a value the driver refuses raises RuntimeError with its status."""
     function = getattr(launched, "function", None)
     if not isinstance(function, int) or _asked.get(function, -1) == percent:
         return
-    if not -1 <= percent <= 100:
-        raise ValueError(f"carveout {percent}: expected a percentage from -1 to 100")
     status = _libcuda().cuFuncSetAttribute(
         ctypes.c_void_p(function), _PREFERRED_SHARED_MEMORY_CARVEOUT, ctypes.c_int(percent)
     )

@@ -64,13 +64,6 @@ def test_driver_choice_or_no_cuda_function_asks_nothing(
     assert driver.calls == []
 
 
-@pytest.mark.parametrize("percent", [101, -2])
-def test_percent_outside_minus_1_to_100_is_refused(driver: _Driver, percent: int) -> None:
-    with pytest.raises(ValueError, match=f"carveout {percent}: expected a percentage from -1"):
-        carveout.prefer_carveout(_Launched(0x1234), percent)
-    assert driver.calls == []
-
-
 def test_driver_error_is_raised_and_asked_again(driver: _Driver) -> None:
     driver.status = 1  # CUDA_ERROR_INVALID_VALUE
     with pytest.raises(RuntimeError, match="preferred carveout 50%.*failed: 1"):
