@@ -323,12 +323,17 @@ def _recompute_target_power(
     return problems
 
 
-def recompute_qualification(predicate: Mapping[str, Any]) -> tuple[str, list[str]]:
+def recompute_qualification(
+    predicate: Mapping[str, Any], *, require_controls: bool = False
+) -> tuple[str, list[str]]:
     """Recompute every statistic and the verdict of a qualification receipt's predicate.
 
     Returns (recomputed verdict, problems). The verdict is FAIL when the rule above says so,
     or when any stored statistic, pooled cell, flag or verdict differs from what the raw
-    counts give.
+    counts give. Where the parameters list the negative controls (``controls``), the data's
+    controls must be exactly those, in order, and at least one; with ``require_controls`` (a
+    receipt, whose verdict needs caught defects) parameters that list none are a problem too.
+    A library caller's report may list none.
     """
     data = predicate["data"]
     alpha = float(predicate["parameters"]["alpha"])
@@ -346,6 +351,8 @@ def recompute_qualification(predicate: Mapping[str, Any]) -> tuple[str, list[str
         )
     named = [str(control["defect"]) for control in data["controls"]]
     listed = predicate["parameters"].get("controls")
+    if listed is None and require_controls:
+        problems.append("the parameters name no negative controls")
     if listed is not None:  # a receipt names the controls it ran; a library caller may not
         if not listed:
             problems.append("no negative control: a receipt's verdict needs caught defects")

@@ -17,14 +17,11 @@ Recomputer = Callable[[Mapping[str, Any]], str]
 
 
 def recompute_qualification(predicate: Mapping[str, Any]) -> str:
-    """``pp3cli.evidence.family.recompute_qualification``'s verdict; FAIL for a receipt
-    whose parameters do not name the negative controls it ran."""
+    """``pp3cli.evidence.family.recompute_qualification``'s verdict for a receipt: its
+    parameters must name the negative controls it ran."""
     from pp3cli.evidence.family import recompute_qualification as recompute
-    from pp3cli.evidence.verdict import FAIL
 
-    if "controls" not in predicate["parameters"]:
-        return FAIL
-    verdict, _problems = recompute(predicate)
+    verdict, _problems = recompute(predicate, require_controls=True)
     return verdict
 
 

@@ -469,6 +469,9 @@ def test_a_receipts_recorded_controls_must_be_the_ones_its_parameters_name() -> 
     unnamed = copy.deepcopy(predicate)
     del unnamed["parameters"]["controls"]
     assert recompute_qualification(unnamed)[0] == predicate["verdict"]  # a library caller
+    verdict, problems = recompute_qualification(unnamed, require_controls=True)
+    assert verdict == "FAIL" and problems == ["the parameters name no negative controls"]
+    assert recompute_qualification(predicate, require_controls=True) == ("PASS", [])
     assert receipt_verdict(unnamed) == "FAIL" and receipt_verdict(predicate) == "PASS"
 
 
