@@ -132,6 +132,35 @@ def test_calibration_false_rejection_rate() -> None:
     assert 0.45 < float(np.mean(pvals)) < 0.55
 
 
+# Kept ahead of the first test that widens the lambda bracket (the planted deviation), so a
+# run with -x (as a mutation campaign's) fails here instead of hanging there.
+def test_noncentrality_bracket_search_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The root's bracket [0, upper] starts at max(1, critical) and widens by doubling (giving
+    up past 1e12, i.e. after at most 40 doublings), then brentq takes at most its default 100
+    iterations: well under 200 evaluations of ncx2.sf in all. Here (df 1, alpha 0.5:
+    critical 0.45, power 0.999) the root lies far above the first bracket, so the search must
+    widen it; a search that never brackets the root fails this test instead of hanging."""
+    from pp3cli.evidence import stats
+
+    calls = 0
+
+    class CountingNcx2:
+        @staticmethod
+        def sf(x: float, df: int, nc: float) -> float:
+            nonlocal calls
+            calls += 1
+            if calls > 200:
+                raise AssertionError("ncx2.sf evaluated more than 200 times: unbounded search")
+            return float(ncx2.sf(x, df, nc))
+
+    monkeypatch.setattr(stats, "ncx2", CountingNcx2)
+    lam = noncentrality_for_power(1, 0.5, 0.999)
+    critical = float(chi2.isf(0.5, 1))
+    assert critical < 1.0 < lam
+    assert float(ncx2.sf(critical, 1, lam)) == pytest.approx(0.999, abs=1e-9)
+    assert 0 < calls <= 200
+
+
 def test_planted_deviation_is_detected_with_stated_power() -> None:
     """(b) A worst-case TV-eps deviation sized by samples_for_tv is rejected >= 95%."""
     eps, alpha, df = 0.05, 1e-3, len(LAW16) - 1
