@@ -11,6 +11,7 @@ import pytest
 
 from pp3cli.evidence.exact import (
     DraftRow,
+    RowStep,
     accepted_length_law,
     chain_law,
     clipped_residual,
@@ -23,6 +24,7 @@ from pp3cli.evidence.exact import (
     law_sha256,
     law_to_json,
     lossless_identity,
+    marginal_laws,
     parse_outcome_key,
     row_step,
     slot_marginals,
@@ -295,3 +297,120 @@ def test_draft_row_count_must_be_k() -> None:
     p = [HALF, HALF]
     with pytest.raises(ValueError, match="1 draft rows for 3 target rows: expected K = 2"):
         chain_law([p, p, p], [_point(0)])
+
+
+# ---- A second campaign (2026-12-05, pp3cli/evidence/exact.py against test_exact and
+# test_stats): the marginal laws of a chain worked by hand, the K = 0 chain, and rows of
+# mismatched lengths.
+#
+# The hand chain, V = 2, K = 2 (every number below is worked from the procedure by hand):
+#   row 0: p0 = (1/2, 1/2), q0 = point mass on 0. accept0 = min(p0, q0) = (1/2, 0); reject
+#          w.p. 1/2 and emit from (p0 - q0)+ = (0, 1/2) normalised = (0, 1): stop0 = (0, 1/2).
+#   row 1: p1 = (1/4, 3/4), q1 = (1/2, 1/2). accept1 = (1/4, 1/2); reject w.p. 1/4 and emit
+#          from (p1 - q1)+ = (0, 1/4) normalised = (0, 1): stop1 = (0, 1/4).
+#   row 2 (bonus): p2 = (1/3, 2/3): stop2 = p2.
+# Reaching row 1 needs x0 = 0 (1/2); reaching row 2 needs x0 = 0 and any x1 (1/2 * 3/4 = 3/8).
+
+THIRD, QUARTER, EIGHTH = Fraction(1, 3), Fraction(1, 4), Fraction(1, 8)
+HAND_TARGETS = [[HALF, HALF], [QUARTER, 3 * QUARTER], [THIRD, 2 * THIRD]]
+HAND_DRAFTS = [_point(0), DraftRow((0, 1), (C // 2, C // 2), C)]
+
+
+def test_hand_chain_joint_law() -> None:
+    """Outcome (a, x_0..x_{a-1}, z): prod accept_i(x_i) * stop_a(z)."""
+    assert chain_law(HAND_TARGETS, HAND_DRAFTS) == {
+        (0, 1): HALF,  # reject at row 0, emit 1
+        (1, 0, 1): HALF * QUARTER,  # accept 0, reject at row 1, emit 1
+        (2, 0, 0, 0): HALF * QUARTER * THIRD,  # accept 0, accept 0, bonus 0
+        (2, 0, 0, 1): HALF * QUARTER * 2 * THIRD,
+        (2, 0, 1, 0): HALF * HALF * THIRD,  # accept 0, accept 1, bonus 0
+        (2, 0, 1, 1): HALF * HALF * 2 * THIRD,
+    }
+
+
+def _hand_steps(invalidated: bool) -> list[RowStep]:
+    q0, q1 = (draft_law(d, 2) for d in HAND_DRAFTS)
+    return [
+        row_step(HAND_TARGETS[0], q0),
+        row_step(HAND_TARGETS[1], None if invalidated else q1),
+        row_step(HAND_TARGETS[2], None),
+    ]
+
+
+def test_hand_chain_steps() -> None:
+    steps = _hand_steps(invalidated=False)
+    assert [(s.accept, s.stop) for s in steps] == [
+        ((HALF, 0), (0, HALF)),
+        ((QUARTER, HALF), (0, QUARTER)),
+        ((0, 0), (THIRD, 2 * THIRD)),
+    ]
+
+
+def test_hand_chain_marginal_laws() -> None:
+    """reach = (1, 1/2, 3/8); slot j = reach_j (accept_j + stop_j), then 1 - reach_j;
+    accepted = reach_i sum stop_i; joint = reach_i stop_i(v), i-major."""
+    assert marginal_laws(_hand_steps(invalidated=False)) == {
+        "slot0": [HALF, HALF, 0],
+        "slot1": [EIGHTH, 3 * EIGHTH, HALF],
+        "slot2": [EIGHTH, QUARTER, 5 * EIGHTH],
+        "accepted": [HALF, EIGHTH, 3 * EIGHTH],
+        "joint": [0, HALF, 0, EIGHTH, EIGHTH, QUARTER],
+    }
+
+
+def test_hand_chain_marginal_laws_with_row_1_invalidated() -> None:
+    """Row 1 invalidated: reached w.p. 1/2, it emits z ~ p1 and stops; row 2 is never reached."""
+    assert marginal_laws(_hand_steps(invalidated=True)) == {
+        "slot0": [HALF, HALF, 0],
+        "slot1": [EIGHTH, 3 * EIGHTH, HALF],
+        "slot2": [0, 0, 1],
+        "accepted": [HALF, HALF, 0],
+        "joint": [0, HALF, EIGHTH, 3 * EIGHTH, 0, 0],
+    }
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_marginal_laws_agree_with_the_enumerated_law(case: int) -> None:
+    """The O(K V) product form and chain_law's prefix enumeration are two derivations of the
+    same law: their slot, accepted-length and (a, t_a) marginals must coincide."""
+    rng = random.Random(2000 + case)
+    vocab, k = rng.randint(2, 4), rng.randint(1, 3)
+    targets = [_random_target(rng, vocab, zeros=rng.randint(0, vocab - 1)) for _ in range(k + 1)]
+    drafts = [_random_draft(rng, vocab, rng.randint(1, vocab)) for _ in range(k)]
+    flags = [rng.random() < 0.3 for _ in range(k)]
+    law = chain_law(targets, drafts, invalidated=flags)
+    steps = [
+        row_step(targets[i], None if flags[i] else draft_law(drafts[i], vocab)) for i in range(k)
+    ]
+    laws = marginal_laws([*steps, row_step(targets[k], None)])
+    for j, slot in enumerate(slot_marginals(law, k + 1)):
+        assert laws[f"slot{j}"] == [slot.get(v, Fraction(0)) for v in [*range(vocab), -1]]
+    lengths = accepted_length_law(law)
+    assert laws["accepted"] == [lengths.get(a, Fraction(0)) for a in range(k + 1)]
+    finals = final_token_law(law)
+    assert laws["joint"] == [
+        finals.get((a, v), Fraction(0)) for a in range(k + 1) for v in range(vocab)
+    ]
+
+
+def test_a_chain_of_no_drafts_is_its_bonus_row() -> None:
+    """K = 0: one target row and no drafts; the chain emits z ~ p_0 with a = 0."""
+    p = [QUARTER, 3 * QUARTER]
+    assert chain_law([p], []) == {(0, 0): QUARTER, (0, 1): 3 * QUARTER}
+    assert marginal_laws([row_step(p, None)]) == {
+        "slot0": [QUARTER, 3 * QUARTER, 0],
+        "accepted": [Fraction(1)],
+        "joint": [QUARTER, 3 * QUARTER],
+    }
+
+
+def test_rows_of_mismatched_lengths_are_refused_not_truncated() -> None:
+    """p and q over different vocabularies, or a step whose accept and stop rows differ in
+    length, raise; dropping the extra entries would silently lose (here zero) mass."""
+    with pytest.raises(ValueError):
+        clipped_residual([HALF, HALF], [Fraction(1)])
+    with pytest.raises(ValueError):
+        row_step([Fraction(1), Fraction(0)], [Fraction(1)])  # would accept surely, V = 1
+    malformed = RowStep((Fraction(1),), (Fraction(0), Fraction(0)))
+    with pytest.raises(ValueError):
+        marginal_laws([malformed, row_step([HALF, HALF], None)])
