@@ -54,6 +54,14 @@ def reasons_of(results: list[Result], name: str) -> list[str]:
     return found.reasons
 
 
+def expect(results: list[Result], wanted: dict[str, str], reasons: dict[str, list[str]]) -> None:
+    """Every artefact has ``wanted``'s status, and each one ``reasons`` names gives exactly
+    those reasons, in order."""
+    assert statuses(results) == wanted, report(results)
+    for name, want in reasons.items():
+        assert reasons_of(results, name) == want, report(results)
+
+
 def test_a_manifest_line_of_the_wrong_shape_is_quoted_to_120_bytes(
     written: list[Path], tree: Path
 ) -> None:
@@ -71,18 +79,14 @@ def test_a_manifest_line_of_the_wrong_shape_is_quoted_to_120_bytes(
     last["prev"] = hashlib.sha256(bad).hexdigest()
     manifest.write_bytes(lines[0] + b"\n" + bad + b"\n" + canonical_json(last) + b"\n")
     results = verify_receipts(written[0].parent, root=tree)
-    assert statuses(results) == {
-        "MANIFEST.jsonl": FAIL,
-        written[0].name: OK,
-        written[2].name: OK,
-        written[1].name: FAIL,
-    }, report(results)
-    assert reasons_of(results, "MANIFEST.jsonl") == [
-        f"line 2 is not {{seq, file, sha256, prev}}: {bad[:120]!r}"
-    ]
-    assert reasons_of(results, written[1].name) == [
-        "not in the manifest, whose chain is broken (was its line deleted?)"
-    ]
+    expect(
+        results,
+        {"MANIFEST.jsonl": FAIL, written[0].name: OK, written[2].name: OK, written[1].name: FAIL},
+        {
+            "MANIFEST.jsonl": [f"line 2 is not {{seq, file, sha256, prev}}: {bad[:120]!r}"],
+            written[1].name: ["not in the manifest, whose chain is broken (was its line deleted?)"],
+        },
+    )
 
 
 def test_a_receipt_listed_twice_fails_and_so_does_the_manifest(
@@ -100,16 +104,16 @@ def test_a_receipt_listed_twice_fails_and_so_does_the_manifest(
     with manifest.open("ab") as out:
         out.write(again + b"\n")
     results = verify_receipts(written[0].parent, root=tree)
-    assert statuses(results) == {
-        "MANIFEST.jsonl": FAIL,
-        written[0].name: FAIL,
-        written[1].name: OK,
-        written[2].name: OK,
-    }, report(results)
-    assert reasons_of(results, "MANIFEST.jsonl") == [
-        f"line 4 ({written[0].name}): listed twice in the manifest (lines 1, 4)"
-    ]
-    assert reasons_of(results, written[0].name) == ["listed twice in the manifest (lines 1, 4)"]
+    expect(
+        results,
+        {"MANIFEST.jsonl": FAIL, written[0].name: FAIL, written[1].name: OK, written[2].name: OK},
+        {
+            "MANIFEST.jsonl": [
+                f"line 4 ({written[0].name}): listed twice in the manifest (lines 1, 4)"
+            ],
+            written[0].name: ["listed twice in the manifest (lines 1, 4)"],
+        },
+    )
 
 
 @pytest.mark.parametrize("replace", ["delete", "symlink", "folder"])
@@ -127,15 +131,11 @@ def test_a_listed_receipt_that_is_gone_or_not_a_regular_file_fails(
     elif replace == "folder":
         written[1].mkdir()
     results = verify_receipts(written[0].parent, root=tree)
-    assert statuses(results) == {
-        "MANIFEST.jsonl": OK,
-        written[0].name: OK,
-        written[1].name: FAIL,
-        written[2].name: OK,
-    }, report(results)
-    assert reasons_of(results, written[1].name) == [
-        "listed in the manifest but missing (or not a regular file)"
-    ]
+    expect(
+        results,
+        {"MANIFEST.jsonl": OK, written[0].name: OK, written[1].name: FAIL, written[2].name: OK},
+        {written[1].name: ["listed in the manifest but missing (or not a regular file)"]},
+    )
 
 
 @pytest.mark.parametrize("statement", [[["nested"]], "a string", 7, None])
@@ -330,15 +330,17 @@ def test_a_manifest_chained_over_non_canonical_lines_fails(written: list[Path], 
         prev = hashlib.sha256(spaced).hexdigest()
     manifest.write_bytes(b"".join(line + b"\n" for line in lines))
     results = verify_receipts(written[0].parent, root=tree)
-    assert statuses(results) == {
-        "MANIFEST.jsonl": FAIL,
-        **{receipt.name: FAIL for receipt in written},
-    }, report(results)
-    assert reasons_of(results, "MANIFEST.jsonl") == [
-        f"line {number} ({receipt.name}): manifest line {number} is not canonical JSON"
-        for number, receipt in enumerate(written, start=1)
-    ]
-    assert reasons_of(results, written[1].name) == ["manifest line 2 is not canonical JSON"]
+    expect(
+        results,
+        {"MANIFEST.jsonl": FAIL, **{receipt.name: FAIL for receipt in written}},
+        {
+            "MANIFEST.jsonl": [
+                f"line {number} ({receipt.name}): manifest line {number} is not canonical JSON"
+                for number, receipt in enumerate(written, start=1)
+            ],
+            written[1].name: ["manifest line 2 is not canonical JSON"],
+        },
+    )
 
 
 def test_a_statement_with_an_extra_or_missing_top_level_key_fails(
@@ -378,16 +380,17 @@ def test_a_json_file_not_named_like_a_receipt_fails_without_being_read(
     folder = written[0].parent
     (folder / name).write_bytes(written[0].read_bytes())
     results = verify_receipts(folder, root=tree)
-    assert statuses(results) == {
-        "MANIFEST.jsonl": OK,
-        **{receipt.name: OK for receipt in written},
-        name: FAIL,
-    }, report(results)
-    assert reasons_of(results, name) == [
-        "not in the manifest: its line never came (a writer killed between storing the "
-        "receipt and appending its line?); not evidence",
-        "file name is not <kind>-<YYYYmmddTHHMMSSffffffZ>.json",
-    ]
+    expect(
+        results,
+        {"MANIFEST.jsonl": OK, **{receipt.name: OK for receipt in written}, name: FAIL},
+        {
+            name: [
+                "not in the manifest: its line never came (a writer killed between storing "
+                "the receipt and appending its line?); not evidence",
+                "file name is not <kind>-<YYYYmmddTHHMMSSffffffZ>.json",
+            ]
+        },
+    )
     manifest = manifest_of(written[0])
     lines = manifest.read_bytes().splitlines()
     listed = manifest_line(
