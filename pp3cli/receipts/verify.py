@@ -21,6 +21,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,8 @@ from pp3cli.run.errors import UsageProblem
 OK, STALE, ORPHAN, FAIL = "OK", "STALE", "ORPHAN", "FAIL"
 STATUSES = (OK, STALE, ORPHAN, FAIL)  # in rising severity
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-_CREATED = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
+_CREATED = "%Y-%m-%dT%H:%M:%S.%fZ"  # the writer's isoformat, UTC, microseconds
+_CREATED_SHAPE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z")
 _STATEMENT_KEYS = {"_type", "subject", "predicateType", "predicate"}
 _PREDICATE_TYPES: dict[str, type | tuple[type, ...]] = {
     "argv": list,
@@ -163,6 +165,7 @@ def _check_manifest(
             isinstance(parsed, dict)
             and set(parsed) == {"seq", "file", "sha256", "prev"}
             and isinstance(parsed["seq"], int)
+            and not isinstance(parsed["seq"], bool)
             and isinstance(parsed["file"], str)
             and isinstance(parsed["sha256"], str)
             and _HEX64.fullmatch(parsed["sha256"]) is not None
@@ -261,7 +264,7 @@ def _check_schema(statement: Any, kind: str, result: Result) -> dict[str, Any] |
         for digest in predicate["sources"].values()
     ):
         result.fail("predicate.sources holds a value that is not a hex sha256")
-    if not _CREATED.fullmatch(predicate["created_utc"]):
+    if not _is_created_stamp(predicate["created_utc"]):
         result.fail(f"created_utc {predicate['created_utc']!r} is not YYYY-mm-ddTHH:MM:SS.ffffffZ")
     for index, entry in enumerate(predicate["supersedes"]):
         if not (
@@ -273,8 +276,23 @@ def _check_schema(statement: Any, kind: str, result: Result) -> dict[str, Any] |
     return None if result.status == FAIL else predicate
 
 
+def _is_created_stamp(value: str) -> bool:
+    """``value`` is a real UTC instant written as YYYY-mm-ddTHH:MM:SS.ffffffZ (ASCII digits)."""
+    if _CREATED_SHAPE.fullmatch(value) is None:
+        return False
+    try:
+        datetime.strptime(value, _CREATED)
+    except ValueError:
+        return False
+    return True
+
+
 def _check_subject(statement: dict[str, Any], predicate: dict[str, Any], result: Result) -> None:
     sources = predicate["sources"]
+    names = [item["name"] for item in statement["subject"]]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:  # a tool matching by name may take either entry: each must be the one
+        result.fail(f"subject names {repeated} more than once")
     named = {item["name"]: item["digest"]["sha256"] for item in statement["subject"]}
     for name, digest in named.items():
         if sources.get(name) != digest:
@@ -286,7 +304,7 @@ def _check_subject(statement: dict[str, Any], predicate: dict[str, Any], result:
 
 def _check_supersedes(
     predicate: dict[str, Any],
-    entry: _ManifestEntry,
+    entry: _ManifestEntry | None,
     entries: Mapping[str, _ManifestEntry],
     receipts_dir: Path,
     result: Result,
@@ -301,7 +319,7 @@ def _check_supersedes(
         if actual != reference["sha256"]:
             result.fail(f"supersedes {file} with sha256 {reference['sha256']}, but it is {actual}")
         earlier = entries.get(file)
-        if earlier is None or earlier.line_no >= entry.line_no:
+        if earlier is None or (entry is not None and earlier.line_no >= entry.line_no):
             result.fail(f"supersedes {file}, which is not earlier in the manifest")
         if not reference["reason"].strip():
             result.fail(f"supersedes {file} without a reason")
@@ -435,8 +453,9 @@ def verify_receipts(receipts_dir: Path, *, root: Path, strict: bool = False) -> 
         if predicate is None:
             continue
         _check_subject(statement, predicate, result)
-        if entry is not None:
-            _check_supersedes(predicate, entry, entries, receipts_dir, result)
+        # An orphan has no manifest position: what it supersedes must exist, match its hash
+        # and have a reason all the same, and be in the manifest.
+        _check_supersedes(predicate, entry, entries, receipts_dir, result)
         _check_verdict(kind, predicate, result)
         if result.status != FAIL:
             _check_sources(predicate, current, root, result)

@@ -14,6 +14,7 @@ import orjson
 import pytest
 from test_verify_receipts import (
     TOY,
+    _reference,
     edit_statement,
     forge,
     make_tree,
@@ -423,3 +424,107 @@ def test_supersedes_names_a_file_of_the_receipts_folder_never_a_path(
     assert reasons_of(results, written[2].name) == [
         f"supersedes {path}, which does not exist" for path in paths
     ]
+
+
+# ---- Four acceptances the campaign found, closed in verify.py (bench/pending patch)
+
+
+def test_a_subject_naming_a_path_twice_fails_even_if_one_digest_is_right(
+    written: list[Path], tree: Path
+) -> None:
+    """A tool matching the subject by name may take either entry: a wrong digest beside the
+    right one for the same path is a FAIL, whichever comes first."""
+    for wrong_first in (True, False):
+        honest = written[0].read_bytes()
+
+        def repeat(statement: dict[str, Any], wrong_first: bool = wrong_first) -> None:
+            item = statement["subject"][0]
+            wrong = {"name": item["name"], "digest": {"sha256": "0" * 64}}
+            statement["subject"].insert(0 if wrong_first else 1, wrong)
+
+        edit_statement(written[0], repeat)
+        results = verify_receipts(written[0].parent, root=tree)
+        reasons = reasons_of(results, written[0].name)
+        assert statuses(results)[written[0].name] == FAIL, report(results)
+        name = orjson.loads(honest)["subject"][0]["name"]
+        assert f"subject names ['{name}'] more than once" in reasons, reasons
+        forge(written[0], honest)
+        assert statuses(verify_receipts(written[0].parent, root=tree))[written[0].name] == OK
+
+
+def test_a_manifest_seq_of_true_is_not_line_1(written: list[Path], tree: Path) -> None:
+    """``True == 1`` in Python; the manifest's seq must be an integer, as the schema's
+    integers are."""
+    manifest = manifest_of(written[0])
+    lines = manifest.read_bytes().splitlines()
+    first = orjson.loads(lines[0])
+    first["seq"] = True
+    out, prev = b"", None
+    for index, line in enumerate(lines):
+        entry = first if index == 0 else orjson.loads(line)
+        entry["prev"] = prev
+        raw = canonical_json(entry)
+        out += raw + b"\n"
+        prev = hashlib.sha256(raw).hexdigest()
+    manifest.write_bytes(out)
+    results = verify_receipts(written[0].parent, root=tree)
+    assert statuses(results)["MANIFEST.jsonl"] == FAIL, report(results)
+    assert "line 1 is not {seq, file, sha256, prev}" in report(results)
+
+
+def test_an_orphans_supersedes_are_checked_too(written: list[Path], tree: Path) -> None:
+    """An orphan has no manifest position, but what it supersedes must exist, match, be in
+    the manifest and have a reason: with a bad entry it is a FAIL, not ORPHAN."""
+    folder = written[0].parent
+    statement = orjson.loads(written[0].read_bytes())
+    statement["predicate"]["supersedes"] = [
+        {"file": "toy-20000101T000000000000Z.json", "sha256": "0" * 64, "reason": ""}
+    ]
+    orphan = folder / "toy-20990101T000000000000Z.json"
+    orphan.write_bytes(canonical_json(statement) + b"\n")
+    results = verify_receipts(folder, root=tree)
+    reasons = reasons_of(results, orphan.name)
+    assert statuses(results)[orphan.name] == FAIL, report(results)
+    assert "supersedes toy-20000101T000000000000Z.json, which does not exist" in reasons
+
+    good = _reference(written[1])
+    statement["predicate"]["supersedes"] = [good]
+    orphan.write_bytes(canonical_json(statement) + b"\n")
+    results = verify_receipts(folder, root=tree)
+    assert statuses(results)[orphan.name] == ORPHAN, report(results)
+    for broken, reason in (
+        ({**good, "reason": " "}, f"supersedes {written[1].name} without a reason"),
+        ({**good, "sha256": "0" * 64}, f"supersedes {written[1].name} with sha256 {'0' * 64}"),
+    ):
+        statement["predicate"]["supersedes"] = [broken]
+        orphan.write_bytes(canonical_json(statement) + b"\n")
+        results = verify_receipts(folder, root=tree)
+        assert statuses(results)[orphan.name] == FAIL, report(results)
+        assert any(r.startswith(reason) for r in reasons_of(results, orphan.name)), report(results)
+
+
+@pytest.mark.parametrize(
+    "stamp",
+    [
+        "\u0662\u0660\u0662\u0665-01-01T00:00:00.000000Z",  # Arabic-Indic digits
+        "2026-13-01T00:00:00.000000Z",
+        "2026-02-30T00:00:00.000000Z",
+        "2026-01-01T24:00:00.000000Z",
+        "2026-01-01T00:60:00.000000Z",
+    ],
+)
+def test_created_utc_must_be_a_real_instant_in_ascii_digits(
+    written: list[Path], tree: Path, stamp: str
+) -> None:
+    edit_statement(written[0], lambda s: s["predicate"].update(created_utc=stamp))
+    results = verify_receipts(written[0].parent, root=tree)
+    assert statuses(results)[written[0].name] == FAIL, report(results)
+    assert f"created_utc {stamp!r} is not YYYY-mm-ddTHH:MM:SS.ffffffZ" in report(results)
+
+
+def test_a_leap_day_stamp_is_a_real_instant(written: list[Path], tree: Path) -> None:
+    edit_statement(
+        written[0], lambda s: s["predicate"].update(created_utc="2024-02-29T23:59:59.999999Z")
+    )
+    results = verify_receipts(written[0].parent, root=tree)
+    assert statuses(results)[written[0].name] == OK, report(results)
