@@ -266,7 +266,8 @@ def plan_clean(
                 plan.tmux_server = True
                 plan.tmux_files.append(socket)
             conf = tmux_dir / TMUX_CONF
-            if _lstat_mode(conf) is not None:
+            conf_mode = _lstat_mode(conf)
+            if conf_mode is not None and stat.S_ISREG(conf_mode):  # pp3 writes a file there
                 plan.tmux_files.append(conf)
     if bytecode:
         plan.bytecode = list(iter_bytecode(project))

@@ -320,6 +320,31 @@ def test_a_runs_file_and_a_socket_that_is_a_file_are_not_cleaned(
     assert not log.exists(), "no tmux server to stop: tmux is not run"
 
 
+def test_a_tmux_conf_that_is_not_a_file_is_not_cleaned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pp3 writes tmux.conf as a file: a folder (or a link) by that name is not pp3's, and
+    cleaning leaves it and everything in it."""
+    tmux, log = _fake_tmux(tmp_path)
+    _use_tmux(monkeypatch, tmux)
+    root = ensure_scratch(Settings(scratch=tmp_path / "scratch", receipts=tmp_path / "r"))
+    (root / "tmux").mkdir()
+    conf = root / "tmux" / "tmux.conf"
+    conf.mkdir()
+    (conf / "someones-data.txt").write_text("not pp3's")
+    plan = plan_clean(root)
+    assert plan.tmux_files == [] and not plan.tmux_server
+    execute_clean(plan)
+    assert (conf / "someones-data.txt").read_text() == "not pp3's"
+    conf.joinpath("someones-data.txt").unlink()
+    conf.rmdir()
+    target = tmp_path / "elsewhere.conf"
+    target.write_text("not pp3's")
+    conf.symlink_to(target)
+    assert plan_clean(root).tmux_files == []
+    assert not log.exists(), "no tmux server to stop: tmux is not run"
+
+
 def test_a_dead_pp3_tmux_server_is_stopped_and_its_files_removed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
