@@ -270,7 +270,8 @@ TARGETS: tuple[ToyTarget, ...] = (
         ),
         draft_policy=(
             "S = 2 over C = 64 per row, one id inside and one outside the row's support "
-            "(or both inside with q > p), so acceptance is 1/2, 1/2, 5/8, 3/4, 3/8."
+            "(row 4: both inside, q > p on one of them), so acceptance is 1/2, 1/2, 5/8, "
+            "3/4, 3/8."
         ),
         tau=0.25,
         bits=6,
@@ -296,7 +297,8 @@ TARGETS: tuple[ToyTarget, ...] = (
         purpose=(
             "Tied logits written as signed zeros (+0.0/-0.0) at a flat temperature "
             "(tau = 4): rows 0 and 3 have q = p exactly (always accepted), row 1 has "
-            "q = p on one token (residual exactly 0 there); row 2 is invalidated for odd "
+            "q = p on two tokens and q > p on the other two (residual exactly 0 on all "
+            "four); row 2 is invalidated for odd "
             "requests, so the law is an exact 1/2-1/2 mixture. q is given dense, so the "
             "verifier's dense-q path is judged by its law."
         ),
