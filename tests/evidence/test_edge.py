@@ -186,3 +186,141 @@ SINGLE_FAULTS: list[tuple[str, Fault]] = [
 )
 def test_each_condition_of_a_check_fails_it_alone(check: str, fault: Fault) -> None:
     assert _failed(_with_fault(fault), {check}) == {check}
+
+
+# ---- A second campaign (2026-12-05, evening): mutants that change a check's *inputs* so that
+# it no longer exercises what it names (no -0.0 left, no tie in the bonus row, drafts off the
+# greedy path, one logit value everywhere). The reference passes either way; each verifier
+# below has one realistic defect that the check's real inputs expose and the mutant's hide.
+
+
+def _negative_zero_read_as(value: float, rows: slice) -> Callable[..., ChainResult]:
+    """The reference reading each -0.0 logit of chain ``rows`` as ``value`` (+0.0 kept): a
+    selector comparing bit patterns, or masking on the sign bit."""
+
+    def verifier(logits: torch.Tensor, *args: Any, **kwargs: Any) -> ChainResult:
+        logits = logits.clone(memory_format=torch.contiguous_format)
+        part = logits[:, rows]
+        part[(part == 0) & torch.signbit(part)] = value
+        return reference_verify_chain(logits, *args, **kwargs)
+
+    return verifier
+
+
+def _bonus_shifted(*args: Any, **kwargs: Any) -> ChainResult:
+    """The reference, but a request that accepts every draft emits the next id as its bonus."""
+    out = reference_verify_chain(*args, **kwargs)
+    k, vocab = out.tokens.shape[1] - 1, args[0].shape[-1]
+    tokens, full = out.tokens.clone(), out.accepted == k
+    tokens[full, k] = (tokens[full, k] + 1) % vocab
+    return ChainResult(tokens, out.accepted, out.status)
+
+
+def _seeds_offset_by_batch_size(
+    logits: torch.Tensor,
+    drafts: torch.Tensor,
+    tau: torch.Tensor,
+    seed: torch.Tensor,
+    *args: Any,
+    **kwargs: Any,
+) -> ChainResult:
+    """Draws keyed by the batch size as well: a permuted batch agrees, a sub-batch does not."""
+    return reference_verify_chain(logits, drafts, tau, seed + seed.shape[0], *args, **kwargs)
+
+
+def _reads_the_previous_requests_logits(
+    logits: torch.Tensor, *args: Any, **kwargs: Any
+) -> ChainResult:
+    """An off-by-one request stride: request i verified against request i - 1's logits."""
+    return reference_verify_chain(logits.roll(1, dims=0), *args, **kwargs)
+
+
+def _invalidated_stop_shifted(*args: Any, **kwargs: Any) -> ChainResult:
+    """The reference, but a chain stopped by an invalidated draft (-1) emits the next id."""
+    out = reference_verify_chain(*args, **kwargs)
+    drafts, vocab = args[1], args[0].shape[-1]
+    k = drafts.shape[1]
+    rows = torch.nonzero(out.accepted < k).flatten()
+    stop = out.accepted[rows].long()
+    rows = rows[drafts[rows, stop] == -1]
+    tokens = out.tokens.clone()
+    at = out.accepted[rows].long()
+    tokens[rows, at] = (tokens[rows, at] + 1) % vocab
+    return ChainResult(tokens, out.accepted, out.status)
+
+
+def _greedy_ignores_nan(
+    logits: torch.Tensor, drafts: torch.Tensor, tau: torch.Tensor, *args: Any, **kwargs: Any
+) -> ChainResult:
+    """A T0 path that argmaxes past NaN (read as -inf) and reports OK; T1 rows are right."""
+    greedy = (tau == 0).view(-1, 1, 1)
+    logits = torch.where(greedy & logits.isnan(), -torch.inf, logits)
+    return reference_verify_chain(logits, drafts, tau, *args, **kwargs)
+
+
+INPUT_DEFECTS: list[tuple[str, Callable[..., ChainResult]]] = [
+    # -0.0 below +0.0 in the bonus row only: the ties must reach the last row, held as -0.0
+    ("signed_zero", _negative_zero_read_as(-1e-30, slice(-1, None))),
+    ("cross_split_ties", _negative_zero_read_as(-1e-30, slice(-1, None))),
+    # -0.0 masked: the uniform rows must hold -0.0 for equal_q to see it
+    ("equal_q", _negative_zero_read_as(-torch.inf, slice(None))),
+    # a wrong bonus: the drafts must follow the greedy path for requests to reach it
+    ("id_ties", _bonus_shifted),
+    ("signed_zero", _bonus_shifted),
+    ("cross_split_ties", _bonus_shifted),
+    ("tau_zero", _bonus_shifted),
+    # tau = 0 with invalidated drafts: some drafts must be -1
+    ("tau_zero", _invalidated_stop_shifted),
+    # a NaN in T0 requests: the poisoned set must hold T0 requests (even indices)
+    ("nan_logits", _greedy_ignores_nan),
+    ("request_permutation", _seeds_offset_by_batch_size),
+    # requests must differ in their logits for a neighbour's to be told apart
+    ("request_permutation", _reads_the_previous_requests_logits),
+]
+
+
+@pytest.mark.parametrize(
+    ("check", "verifier"), INPUT_DEFECTS, ids=[f"{c}-{i}" for i, (c, _) in enumerate(INPUT_DEFECTS)]
+)
+def test_a_check_sees_the_defect_its_inputs_are_built_for(
+    check: str, verifier: Callable[..., ChainResult]
+) -> None:
+    assert _failed(verifier, {check}) == {check}
+
+
+@pytest.mark.parametrize("error", [ValueError, RuntimeError, IndexError, AssertionError])
+def test_each_error_a_verifier_may_raise_is_a_failed_check_naming_it(
+    error: type[Exception],
+) -> None:
+    """A refusal (ValueError), a device error (RuntimeError), an index past a tensor or a
+    failed assertion inside a check: that check fails with ``raised <type>: <message>``, in
+    CHECKS order, and the battery goes on."""
+
+    def raises(*args: Any, **kwargs: Any) -> ChainResult:
+        raise error("boom")
+
+    results = run_edge_battery(raises, device=CPU, seed=0)
+    assert [r.name for r in results] == [c.__name__.removeprefix("check_") for c in CHECKS]
+    assert {(r.passed, r.detail) for r in results} == {(False, f"raised {error.__name__}: boom")}
+
+
+def test_an_error_that_is_a_bug_is_not_turned_into_a_failed_check() -> None:
+    """Any other exception (here a TypeError) is a bug in pp3 or its caller: it propagates
+    (docs/exit-codes.md: exit 4 with a traceback), never read as the verifier's FAIL."""
+
+    def broken(*args: Any, **kwargs: Any) -> ChainResult:
+        raise TypeError("a bug")
+
+    with pytest.raises(TypeError, match="a bug"):
+        run_edge_battery(broken, device=CPU, seed=0)
+
+
+def test_the_permutation_detail_counts_the_requests_that_differ(
+    reference_results: list[EdgeResult],
+) -> None:
+    """The receipt's detail reports what was seen: the reference is equivariant, so none of
+    the 1024 permuted requests differ (a detail counting the equal ones read 1024/1024)."""
+    (result,) = [r for r in reference_results if r.name == "request_permutation"]
+    assert result.detail == (
+        "permuted batch: 0/1024 requests differ; 7-request sub-batch identical: True"
+    )
