@@ -70,10 +70,11 @@ def test_select_picks_the_same_requests_from_every_tensor(sparse: bool) -> None:
     assert picked.denominator == (8 if sparse else None)
 
 
-def test_verify_with_hands_each_field_to_its_parameter() -> None:
+@pytest.mark.parametrize("sparse", [True, False], ids=["sparse-q", "dense-q"])
+def test_verify_with_hands_each_field_to_its_parameter(sparse: bool) -> None:
     """Positional logits, drafts, temperature, seed, position; q by keyword, as
     ``ChainVerifier`` declares (a swap would pass type checks and shapes alike)."""
-    inputs = _inputs(sparse=True)
+    inputs = _inputs(sparse=sparse)
     seen: dict[str, object] = {}
     done = ChainResult(torch.zeros(1), torch.zeros(1), torch.zeros(1))
 
