@@ -116,10 +116,10 @@ def test_controls_run_at_the_verifiers_size_unless_a_control_tv_asks_for_fewer()
     smaller of the verifier's and what that TV needs (never more than the verifier)."""
     seed = replace(PROFILES["seed"], requests=10**7)  # fixed requests, no TV
     assert control_requests_for(seed, ALPHA) == 10**7
-    for_tv = requests_for(seed, ALPHA, tv=1e-2)
-    assert for_tv < 10**7  # TV 1e-2 needs fewer
-    assert control_requests_for(replace(seed, control_tv=1e-2), ALPHA) == for_tv
-    few = replace(seed, requests=10, control_tv=1e-2)
+    for_tv = requests_for(seed, ALPHA, tv=0.1)
+    assert for_tv < 10**7  # TV 0.1 needs fewer
+    assert control_requests_for(replace(seed, control_tv=0.1), ALPHA) == for_tv
+    few = replace(seed, requests=10, control_tv=0.1)
     assert control_requests_for(few, ALPHA) == 10
 
 
