@@ -3,6 +3,8 @@ that a test can read one phase's arguments or leave a phase out."""
 
 from __future__ import annotations
 
+import inspect
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -26,3 +28,27 @@ class NoLaunch:
 
     def __getitem__(self, grid: Any) -> Any:
         return lambda *args, **meta: None
+
+
+@dataclass
+class Launch:
+    """One recorded launch: its grid, its positional arguments by the kernel's parameter
+    names, and its keywords (constexprs and launch options)."""
+
+    grid: tuple[int, ...]
+    args: dict[str, Any]
+    meta: dict[str, Any]
+
+
+class LaunchRecorder:
+    """Launches nothing and keeps every launch (``Launch``), for tests of the host side."""
+
+    def __init__(self, kernel: Any) -> None:
+        self.names = list(inspect.signature(kernel.fn).parameters)
+        self.launches: list[Launch] = []
+
+    def __getitem__(self, grid: tuple[int, ...]) -> Any:
+        def launch(*args: Any, **meta: Any) -> None:
+            self.launches.append(Launch(grid, dict(zip(self.names, args, strict=False)), meta))
+
+        return launch

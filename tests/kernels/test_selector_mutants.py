@@ -10,12 +10,12 @@ recorder, so its plan checks, buffers, grids and warps are read in milliseconds.
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import pytest
 import torch
+from launches import LaunchRecorder
 
 import pp3kernels.selector as selector_module
 from pp3kernels.contract import SelectorInputError
@@ -340,36 +340,14 @@ def test_launch_constants_of_a_flat_sparse_plan() -> None:
 # ---- verify_chain without a launch
 
 
-@dataclass
-class _Launch:
-    grid: tuple[int, ...]
-    args: dict[str, Any]
-    meta: dict[str, Any]
-
-
-class _Recorder:
-    """Stands in for one launch global: records each launch's grid, its positional
-    arguments by the kernel's parameter names, and its keywords; launches nothing."""
-
-    def __init__(self, kernel: Any) -> None:
-        self.names = list(inspect.signature(kernel.fn).parameters)
-        self.launches: list[_Launch] = []
-
-    def __getitem__(self, grid: tuple[int, ...]) -> Any:
-        def launch(*args: Any, **meta: Any) -> None:
-            self.launches.append(_Launch(grid, dict(zip(self.names, args, strict=False)), meta))
-
-        return launch
-
-
 _KERNELS = ("stats", "rescan", "counts", "support", "finish")
 
 
 @pytest.fixture
-def launches(monkeypatch: pytest.MonkeyPatch) -> dict[str, _Recorder]:
+def launches(monkeypatch: pytest.MonkeyPatch) -> dict[str, LaunchRecorder]:
     out = {}
     for name in _KERNELS:
-        recorder = _Recorder(getattr(chain_kernels, f"chain_{name}_kernel"))
+        recorder = LaunchRecorder(getattr(chain_kernels, f"chain_{name}_kernel"))
         monkeypatch.setattr(selector_module, f"_chain_{name}_kernel", recorder)
         out[name] = recorder
     return out
@@ -427,7 +405,7 @@ _BASE = LaunchPlan(block_b=2, block_v=8, nsplit=2, chunk=32, num_warps=4)
     ids=str,
 )
 def test_bad_plans_are_refused_before_any_launch(
-    launches: dict[str, _Recorder], changes: dict[str, Any], message: str
+    launches: dict[str, LaunchRecorder], changes: dict[str, Any], message: str
 ) -> None:
     plan = replace(_BASE, **changes)
     with pytest.raises(ValueError, match=message) as refusal:
@@ -454,13 +432,13 @@ def test_bad_plans_are_refused_before_any_launch(
     ids=str,
 )
 def test_plans_at_the_bounds_are_accepted(
-    launches: dict[str, _Recorder], changes: dict[str, Any]
+    launches: dict[str, LaunchRecorder], changes: dict[str, Any]
 ) -> None:
     _call(replace(_BASE, **changes), q="sparse", support=5)
     assert len(launches["stats"].launches) == 1
 
 
-def test_buffers_and_launches_without_q(launches: dict[str, _Recorder]) -> None:
+def test_buffers_and_launches_without_q(launches: dict[str, LaunchRecorder]) -> None:
     """No q: phase 1 over (request blocks, splits) then the finish over request blocks (3
     requests in blocks of 2: 2 blocks), both at their plan's warps; the partials are
     [B, K+1, nsplit]; scratch and masses are placeholders (the partial sums)."""
@@ -483,7 +461,7 @@ def test_buffers_and_launches_without_q(launches: dict[str, _Recorder]) -> None:
     assert not (launches["rescan"].launches or launches["counts"].launches)
 
 
-def test_q_strides_and_denominator_reach_phase_2(launches: dict[str, _Recorder]) -> None:
+def test_q_strides_and_denominator_reach_phase_2(launches: dict[str, LaunchRecorder]) -> None:
     """Sparse q passes its strides (one set for ids and counts: counts of other strides are
     made contiguous with the ids) and its denominator; dense q its own strides and a
     denominator of 1, the sparse strides 0."""
@@ -515,7 +493,7 @@ def test_q_strides_and_denominator_reach_phase_2(launches: dict[str, _Recorder])
 
 
 def test_overlapped_launches_are_programmatic_dependent_ones(
-    launches: dict[str, _Recorder], monkeypatch: pytest.MonkeyPatch
+    launches: dict[str, LaunchRecorder], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Where the launches overlap (sm_90), phase 1 is told so and every phase-2 launch
     (rescan, counts, support, finish) is a programmatic dependent launch; phase 1 is not."""
@@ -532,7 +510,7 @@ def test_overlapped_launches_are_programmatic_dependent_ones(
 
 
 def test_verify_chain_plans_with_its_q_form(
-    launches: dict[str, _Recorder], monkeypatch: pytest.MonkeyPatch
+    launches: dict[str, LaunchRecorder], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without a plan, verify_chain asks plan_launch for its own shape and q form: sparse
     q's slots, dense or not, the interpreter's plan on the CPU."""
@@ -554,7 +532,7 @@ def test_verify_chain_plans_with_its_q_form(
     ]
 
 
-def test_validation_is_on_by_default(launches: dict[str, _Recorder]) -> None:
+def test_validation_is_on_by_default(launches: dict[str, LaunchRecorder]) -> None:
     """A draft token outside the vocabulary is refused on the host unless the caller turns
     validation off (inside a CUDA graph, where the kernel reports it instead)."""
     args = (
@@ -571,7 +549,7 @@ def test_validation_is_on_by_default(launches: dict[str, _Recorder]) -> None:
     assert len(launches["stats"].launches) == 1
 
 
-def test_flat_rows_tile_the_batchs_rows_in_phase_1(launches: dict[str, _Recorder]) -> None:
+def test_flat_rows_tile_the_batchs_rows_in_phase_1(launches: dict[str, LaunchRecorder]) -> None:
     """Flat rows: phase 1's grid is ceil(B (K+1) / flat_rows) by the splits: 3 * 3 / 4."""
     _call(replace(_BASE, flat_rows=4))
     assert launches["stats"].launches[0].grid == (3, 2)
@@ -579,7 +557,7 @@ def test_flat_rows_tile_the_batchs_rows_in_phase_1(launches: dict[str, _Recorder
 
 @pytest.mark.parametrize(("support", "scratch"), [(1, False), (4, False), (5, True)])
 def test_sparse_q_scratch_row_past_four_slots(
-    launches: dict[str, _Recorder], support: int, scratch: bool
+    launches: dict[str, LaunchRecorder], support: int, scratch: bool
 ) -> None:
     """Sparse q of more than MAX_LOOPED_SLOTS = 4 slots draws through one fp32 row of
     block_f per request of every block (3 requests in blocks of 2: 4 rows of 16)."""
@@ -593,7 +571,7 @@ def test_sparse_q_scratch_row_past_four_slots(
     assert args["mass_ptr"] is args["part_sum_ptr"]
 
 
-def test_dense_q_rescans_into_fp64_chunk_masses(launches: dict[str, _Recorder]) -> None:
+def test_dense_q_rescans_into_fp64_chunk_masses(launches: dict[str, LaunchRecorder]) -> None:
     """Dense q: the rescan over (request blocks, splits) writes [B, nsplit] fp64 masses that
     the finish reads; no scratch row."""
     _call(_BASE, q="dense")
@@ -607,7 +585,9 @@ def test_dense_q_rescans_into_fp64_chunk_masses(launches: dict[str, _Recorder]) 
 
 
 @pytest.mark.parametrize("ticket", [False, True])
-def test_split_support_buffers_and_launches(launches: dict[str, _Recorder], ticket: bool) -> None:
+def test_split_support_buffers_and_launches(
+    launches: dict[str, LaunchRecorder], ticket: bool
+) -> None:
     """support_tile 128 over 300 slots: 3 tiles. Counts over (blocks, K), support over
     (blocks, tiles) at support_warps, then the finish, or none with the ticket; each draft
     row's count (int32) and verdict (int8), one ticket per block, two fp64 sums per
@@ -630,7 +610,7 @@ def test_split_support_buffers_and_launches(launches: dict[str, _Recorder], tick
     assert args["scratch_ptr"].shape == (4, 8)  # 300 slots: the scratch row too
 
 
-def test_split_support_without_drafts_only_finishes(launches: dict[str, _Recorder]) -> None:
+def test_split_support_without_drafts_only_finishes(launches: dict[str, LaunchRecorder]) -> None:
     """K = 0: no draft row to count and no stop row that rejects, so neither the counts
     nor the support launch runs, and the finish runs even with a ticket; the draft pointer
     is a [B, 1] column of NO_TOKEN with a zero draft stride, the counts [B, max(K, 1)]."""
@@ -644,7 +624,7 @@ def test_split_support_without_drafts_only_finishes(launches: dict[str, _Recorde
     assert finish.args["count_ptr"].shape == (3, 1)  # one count per request, never read
 
 
-def test_one_draft_is_counted_and_drawn_from(launches: dict[str, _Recorder]) -> None:
+def test_one_draft_is_counted_and_drawn_from(launches: dict[str, LaunchRecorder]) -> None:
     """K = 1 is a chain like any other: its drafts are passed as given (not the K = 0
     stand-in column) and a split support counts its one draft row, sums the support and,
     with the ticket, finishes in the support launch."""
@@ -658,7 +638,7 @@ def test_one_draft_is_counted_and_drawn_from(launches: dict[str, _Recorder]) -> 
 
 
 def test_the_default_plan_off_a_gpu_is_the_interpreters(
-    launches: dict[str, _Recorder], monkeypatch: pytest.MonkeyPatch
+    launches: dict[str, LaunchRecorder], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without a plan, a CPU tensor gets the interpreter's plan even outside the
     interpreter (its row tiles: B = 3 in one block of 4, V = 64 in one split)."""
@@ -669,6 +649,6 @@ def test_the_default_plan_off_a_gpu_is_the_interpreters(
     assert (stats.meta["BLOCK_B"], stats.meta["BLOCK_V"], stats.meta["FLAT"]) == (4, 64, False)
 
 
-def test_an_empty_batch_launches_nothing(launches: dict[str, _Recorder]) -> None:
+def test_an_empty_batch_launches_nothing(launches: dict[str, LaunchRecorder]) -> None:
     _call(_BASE, batch=0)
     assert all(not recorder.launches for recorder in launches.values())
