@@ -31,19 +31,20 @@ from pp3cli.evidence.profiles import ALPHA, PROFILES, Profile
 from pp3cli.run.errors import EnvironmentProblem, UsageProblem
 from pp3cli.verifiers.registry import ResolvedVerifier
 
-# docs/qualify.md: the nine planted defects, and the caps of the two capped targets
-# (wide_support 256/512/2^20/2^20, split_vocab 128/256/2^20/2^20 in smoke/seed/strict/exhaustive).
-DEFECTS = [
-    "accept_ge",
-    "reused_coin",
-    "unclipped_residual",
-    "unnormalised_residual",
-    "bonus_wrong_row",
-    "batch_index_counters",
-    "ties_highest_id",
-    "ignore_temperature",
-    "dense_q_next_row",
-]
+
+def _documented_defects() -> list[str]:
+    """docs/qualify.md's planted defects, in the order its "Negative controls" item lists
+    them (the backquoted names between `pp3kernels.DEFECTS`: and "runs the same battery")."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "qualify.md").read_text()
+    listed = text[text.index("`pp3kernels.DEFECTS`:") : text.index("runs the same battery")]
+    names = re.findall(r"`([a-z_]+)`", listed)
+    assert len(names) == 9, names  # the nine planted defects the docs describe
+    return names
+
+
+DEFECTS = _documented_defects()
+# docs/qualify.md: the caps of the two capped targets (wide_support 256/512/2^20/2^20,
+# split_vocab 128/256/2^20/2^20 in smoke/seed/strict/exhaustive).
 CAPS = {"smoke": (256, 128), "seed": (512, 256)}
 UNCAPPED_TARGETS = 5  # seven targets, two of them capped
 
