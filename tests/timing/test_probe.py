@@ -974,3 +974,259 @@ def test_results_table_shows_medians_ratios_bandwidth_and_memory() -> None:
     assert cells[1:5] == [f"{selector:.1f}", "2345.7", "-", "-"]
     assert cells[5:9] == [f"{case['floor_us']:.2f}", "0.12", "0.57", "7.89"]
     assert cells[9:] == [f"{achieved:.2f}", "3.0"]
+
+
+# ---- Tests that kill mutants a campaign over timing/summary.py, timing/comparators.py and
+# cli/probe.py found surviving (camp9: one AST mutation at a time, plus hand mutants)
+
+
+def test_summarize_refuses_no_samples_by_name() -> None:
+    """No samples is a caller's bug, said as such (a ValueError naming it), not numpy's
+    IndexError from an empty percentile: verify-receipts prints the message of a recomputer
+    that raises."""
+    with pytest.raises(ValueError, match="no timing samples to summarise"):
+        probe_summary.summarize([])
+    assert probe_summary.summarize([7.0]) == dict.fromkeys(probe_summary.SUMMARY_KEYS, 7.0) | {
+        "n": 1.0
+    }
+
+
+def test_a_probe_without_cases_has_not_passed() -> None:
+    """PASS needs every check of every case: a probe that timed no case (or whose receipt
+    lost its cases) proves nothing, so its verdict and the recomputed one are FAIL."""
+    assert probe_summary.all_checks_passed({"cases": []}) is False
+    assert probe_summary.all_checks_passed({}) is False
+    assert probe_summary.verdict_of({"cases": []}) == "FAIL"
+    data = tiny_data()
+    emptied = copy.deepcopy(data)
+    emptied["cases"] = []
+    assert probe_summary.recompute_probe({"data": emptied}) == "FAIL"
+    assert probe_summary.all_checks_passed(data) is True  # the same data with its cases
+
+
+def test_an_unavailable_comparator_may_not_carry_a_summary() -> None:
+    """A comparator that did not run (or left no raw times) has no median; a summary stored
+    for it anyway cannot be recomputed from anything and is named as such."""
+    data = tiny_data()
+    vllm = data["cases"][0]["comparators"]["vllm"]
+    vllm["summary"] = probe_summary.summarize([1.0, 2.0])
+    name = data["cases"][0]["name"]
+    assert probe_summary.recompute_probe_data(data) == [f"{name} vllm: summary without raw times"]
+    assert probe_summary.recompute_probe({"data": data}) == "FAIL"
+
+
+def test_a_stored_summary_key_missing_or_off_is_named() -> None:
+    """Every summary key is compared with its recomputed value: a key dropped (None) or off
+    by a little (beyond 1e-12 relative) is named with both numbers; a last-digit rounding
+    difference is not a mismatch."""
+    data = tiny_data()
+    name = data["cases"][0]["name"]
+    selector = data["cases"][0]["comparators"]["selector"]
+    recomputed = probe_summary.summarize(selector["times_us"])
+    for key in probe_summary.SUMMARY_KEYS:
+        dropped = copy.deepcopy(data)
+        dropped["cases"][0]["comparators"]["selector"]["summary"][key] = None
+        assert probe_summary.recompute_probe_data(dropped) == [
+            f"{name} selector: {key} None != recomputed {recomputed[key]}"
+        ]
+        off = copy.deepcopy(data)
+        off["cases"][0]["comparators"]["selector"]["summary"][key] = recomputed[key] * (1 + 1e-9)
+        assert len(probe_summary.recompute_probe_data(off)) == 1, key
+    rounded = copy.deepcopy(data)
+    median = recomputed["median"]
+    rounded["cases"][0]["comparators"]["selector"]["summary"]["median"] = median * (1 + 1e-15)
+    assert probe_summary.recompute_probe_data(rounded) == []
+
+
+def test_median_or_none_reads_the_stored_median() -> None:
+    assert probe_summary.median_or_none({"summary": {"median": 3}}) == 3.0
+    assert probe_summary.median_or_none({"summary": None}) is None
+    assert probe_summary.median_or_none({}) is None
+
+
+def test_a_failed_check_makes_all_checks_passed_false_not_none() -> None:
+    """``checks_passed`` is stored in the receipt as a JSON boolean: a failed flag gives
+    False (not a falsy None, which would be written as null)."""
+    data = tiny_data()
+    data["cases"][-1]["comparators"]["argmax"]["checks"]["greedy_path_matches"] = False
+    assert probe_summary.all_checks_passed(data) is False
+    unavailable = tiny_data()
+    unavailable["cases"][0]["comparators"]["selector"] = {"available": False, "reason": "x"}
+    assert probe_summary.all_checks_passed(unavailable) is True  # only available ones count
+
+
+def test_point_drafts_reach_vllm_as_one_hot_drafts() -> None:
+    """docs/probe.md: vLLM gets one-hot drafts (``draft_logits=None``) for point q, and its
+    arguments are ``vllm_arguments`` of the very chain the other comparators get."""
+    from pp3cli.verifiers.vllm_mrv2 import vllm_arguments
+
+    inputs = probe_comparators.make_inputs(
+        _case("point"), device=torch.device("cpu"), seed=3, set_index=1
+    )
+    assert inputs.vllm_kwargs["draft_logits"] is None
+    expected = vllm_arguments(inputs.chain)
+    assert set(inputs.vllm_kwargs) == set(expected)
+    for key, value in expected.items():
+        assert measure.outputs_equal(inputs.vllm_kwargs[key], value), key
+
+
+def test_the_vllm_comparator_is_handed_its_arguments_and_judged_on_masked_outputs() -> None:
+    """vLLM's comparator calls ``rejection_sample(**inputs.vllm_kwargs)`` (checked and timed
+    alike), keeps the loader's note, and checks and compares (``normalise``) the chain
+    ``chain_from_vllm`` makes of its outputs: tokens past ``num_sampled`` are -1."""
+    inputs = probe_comparators.make_inputs(
+        _case("point", batch=3, depth=2), device=torch.device("cpu"), seed=4, set_index=0
+    )
+    handed: list[dict[str, Any]] = []
+    tokens, accepted = inputs.greedy_tokens, inputs.greedy_accepted
+    sampled = torch.where(tokens >= 0, tokens, 12345).to(torch.int64)  # garbage past the stop
+
+    def rejection_sample(**kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        handed.append(kwargs)
+        return sampled, (accepted + 1).to(torch.int32)
+
+    comparator = probe_comparators.vllm_comparator(rejection_sample, note="overlay X")
+    assert (comparator.name, comparator.note) == ("vllm", "overlay X")
+    for call in (comparator.call, comparator.eager_call):
+        output = call(inputs)
+        kwargs = handed.pop()
+        assert kwargs.keys() == inputs.vllm_kwargs.keys()
+        assert all(kwargs[key] is value for key, value in inputs.vllm_kwargs.items())
+        assert measure.outputs_equal(output, (sampled, (accepted + 1).to(torch.int32)))
+    normalised = comparator.normalise(output)
+    assert torch.equal(normalised[0], tokens.to(torch.int32))
+    assert torch.equal(normalised[1], accepted.to(torch.int32))
+    assert all(comparator.check(inputs, output).values())
+    wrong = (torch.where(tokens >= 0, (tokens + 1) % 50, 0).to(torch.int64), output[1])
+    assert comparator.check(inputs, wrong)["t0_equals_greedy"] is False
+
+
+def test_an_overlay_gives_the_vllm_comparator_last_and_a_failing_one_a_reason(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """With an overlay, vLLM's ``rejection_sample`` loaded from it is the last comparator
+    (COMPARATORS' order), noted with the overlay's path; a load that fails for any reason
+    is recorded as "not available: <reason>", and is fatal only under --require-vllm
+    (EnvironmentProblem, exit 3, naming the reason). vLLM not asked for is not loaded."""
+    from pp3cli.run.errors import EnvironmentProblem
+    from pp3cli.verifiers import overlay as overlay_module
+
+    loaded: list[Path] = []
+
+    def load(path: Path) -> Callable[..., Any]:
+        loaded.append(path)
+        return lambda **kwargs: ("called", kwargs)
+
+    monkeypatch.setattr(overlay_module, "load_vllm_rejection_sample", load)
+    names = ("vllm", "reference", "argmax", "selector")
+    for require in (False, True):
+        comparators, missing = probe_comparators.load_comparators(
+            tmp_path, require_vllm=require, names=names
+        )
+        assert [c.name for c in comparators] == list(probe_cases.COMPARATORS) and missing == {}
+        vllm = comparators[-1]
+        assert vllm.note == f"overlay {tmp_path}" and loaded.pop() == tmp_path
+    assert vllm.call(copy.copy(_vllm_probe_inputs())) == ("called", {"a": 1})
+    comparators, missing = probe_comparators.load_comparators(
+        tmp_path, require_vllm=False, names=("selector",)
+    )
+    assert [c.name for c in comparators] == ["selector"] and missing == {} and loaded == []
+
+    def refuse(path: Path) -> Callable[..., Any]:
+        raise RuntimeError("digest differs")
+
+    monkeypatch.setattr(overlay_module, "load_vllm_rejection_sample", refuse)
+    defaults = probe_cases.DEFAULT_COMPARATORS
+    comparators, missing = probe_comparators.load_comparators(
+        tmp_path, require_vllm=False, names=defaults
+    )
+    assert [c.name for c in comparators] == ["selector", "argmax"]
+    assert missing == {"vllm": "not available: digest differs"}
+    with pytest.raises(EnvironmentProblem) as caught:
+        probe_comparators.load_comparators(tmp_path, require_vllm=True, names=defaults)
+    assert str(caught.value) == "--require-vllm: vLLM comparator not available: digest differs"
+    assert caught.value.exit_code == 3
+    with pytest.raises(EnvironmentProblem, match="no overlay"):
+        probe_comparators.load_comparators(None, require_vllm=True)
+
+
+def _vllm_probe_inputs() -> ProbeInputs:
+    """Inputs whose vLLM arguments are a marker: what the comparator passes on is visible."""
+    inputs = probe_comparators.make_inputs(
+        _case("point"), device=torch.device("cpu"), seed=0, set_index=0
+    )
+    inputs.vllm_kwargs = {"a": 1}
+    return inputs
+
+
+def _probe_cli_recorded(
+    monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> tuple[Any, dict[str, Any]]:
+    """`pp3 probe ARGS` with ``probe_on_cuda`` and the receipt skeleton replaced by recorders:
+    the CLI result and what the probe was handed (config, overlay_dir, copy_mib, finding)."""
+    from pp3cli.cli import probe as probe_cli
+    from pp3cli.timing import probe as probe_module
+
+    seen: dict[str, Any] = {}
+
+    def probe_on_cuda(config: Any, **kwargs: Any) -> dict[str, Any]:
+        seen.update(config=config, **kwargs)
+        return tiny_data()
+
+    def run_receipted(name: str, settings: Any, run: Any, work: Any, **kwargs: Any) -> None:
+        seen["finding"] = work(None)
+
+    monkeypatch.setattr(probe_module, "probe_on_cuda", probe_on_cuda)
+    monkeypatch.setattr(probe_cli, "run_receipted", run_receipted)
+    return CliRunner().invoke(app, args), seen
+
+
+def test_every_probe_option_reaches_the_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each of `pp3 probe`'s options (docs/probe.md) sets its own field of the ProbeConfig
+    the probe runs, and --overlay and --copy-mib reach the probe itself."""
+    args = [
+        "--scratch", str(tmp_path), "probe", "--batch", "3,5", "--depth", "2", "--vocab", "4001",
+        "--dtype", "fp16", "--draft", "sparse,dense", "--support", "8", "--t0-share", "0.25",
+        "--rounds", "4", "--warmup", "2", "--replays", "7", "--slow-replays", "5", "--seed", "9",
+        "--no-rotate", "--copy-mib", "16", "--overlay", str(tmp_path / "ov"), "--require-vllm",
+        "--comparators", "vllm,selector",
+    ]  # fmt: skip
+    result, seen = _probe_cli_recorded(monkeypatch, args)
+    assert result.exit_code == 0, result.output
+    assert seen["config"] == probe_cases.ProbeConfig(
+        batches=(3, 5), depths=(2,), vocab=4001, dtype="fp16", drafts=("sparse", "dense"),
+        t0_shares=(0.25,), support=8, rounds=4, warmup=2, replays=7, slow_replays=5, seed=9,
+        rotate_inputs=False, require_vllm=True, comparators=("vllm", "selector"),
+    )  # fmt: skip
+    assert seen["overlay_dir"] == tmp_path / "ov" and seen["copy_mib"] == 16
+    assert seen["scratch"] == tmp_path
+    assert seen["finding"].parameters == {**asdict(seen["config"]), "copy_mib": 16}
+
+
+def test_a_dry_run_validates_lists_and_runs_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--dry-run lists the cases (table, or JSON with --json: each case's fields, name and
+    bytes read) and neither probes nor writes a receipt; bad options are still refused, a
+    bad --copy-mib included."""
+    args = ["--scratch", str(tmp_path), "probe", "--dry-run", "--batch", "2", "--depth", "3"]
+    result, seen = _probe_cli_recorded(monkeypatch, [*args, "--json"])
+    assert result.exit_code == 0 and seen == {}, result.output
+    import json
+
+    listing = json.loads(result.stdout)
+    cases = probe_cases.build_cases(probe_cases.ProbeConfig(batches=(2,), depths=(3,)))
+    assert listing == [{**asdict(c), "name": c.name, "bytes_read": c.bytes_read()} for c in cases]
+    table, seen = _probe_cli_recorded(monkeypatch, args)
+    assert table.exit_code == 0 and seen == {}
+    assert f"pp3 probe: {len(cases)} cases (dry run)" in table.stdout
+    for case in cases:
+        floor = probe_cases.floor_us(case.bytes_read(), probe_cases.NOMINAL_COPY_BANDWIDTH)
+        row = next(line for line in table.stdout.splitlines() if case.name in line)
+        assert f"{floor:.2f}" in row and str(case.vocab) in row and case.dtype in row
+    refused, seen = _probe_cli_recorded(monkeypatch, [*args, "--copy-mib", "0"])
+    assert isinstance(refused.exception, UsageProblem) and seen == {}
+    refused, seen = _probe_cli_recorded(monkeypatch, [*args, "--rounds", "0"])
+    assert isinstance(refused.exception, UsageProblem) and seen == {}
