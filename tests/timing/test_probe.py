@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -1032,10 +1033,20 @@ def test_a_stored_summary_key_missing_or_off_is_named() -> None:
         off = copy.deepcopy(data)
         off["cases"][0]["comparators"]["selector"]["summary"][key] = recomputed[key] * (1 + 1e-9)
         assert len(probe_summary.recompute_probe_data(off)) == 1, key
-    rounded = copy.deepcopy(data)
-    median = recomputed["median"]
-    rounded["cases"][0]["comparators"]["selector"]["summary"]["median"] = median * (1 + 1e-15)
-    assert probe_summary.recompute_probe_data(rounded) == []
+    # A median of tens of ms (the eager reference's) stored one ulp off: that ulp is far above
+    # 1e-12 µs, so the relative tolerance is what accepts it.
+    slow = copy.deepcopy(data)
+    case = slow["cases"][0]
+    entry = case["comparators"]["selector"]
+    entry["times_us"] = [t * 100.0 + 30_000.0 for t in entry["times_us"]]
+    entry["summary"] = probe_summary.summarize(entry["times_us"])
+    medians = {n: probe_summary.median_or_none(e) for n, e in case["comparators"].items()}
+    case["ratios"] = probe_summary.case_ratios(medians, case["floor_us"])
+    assert probe_summary.recompute_probe_data(slow) == []
+    median = entry["summary"]["median"]
+    entry["summary"]["median"] = math.nextafter(median, math.inf)
+    assert entry["summary"]["median"] - median > 1e-12
+    assert probe_summary.recompute_probe_data(slow) == []
 
 
 def test_median_or_none_reads_the_stored_median() -> None:
