@@ -1241,3 +1241,21 @@ def test_a_dry_run_validates_lists_and_runs_nothing(
     assert isinstance(refused.exception, UsageProblem) and seen == {}
     refused, seen = _probe_cli_recorded(monkeypatch, [*args, "--rounds", "0"])
     assert isinstance(refused.exception, UsageProblem) and seen == {}
+
+
+def test_the_table_shows_the_selectors_extra_memory_in_fractional_mib() -> None:
+    """`sel MiB` is peak_extra_bytes / 2^20 to one decimal (1.5 MiB is not 1 MiB), and "-"
+    where no peak was measured (off the GPU)."""
+    from rich.console import Console
+
+    from pp3cli.cli.probe import results_table
+
+    data = tiny_data()
+    data["cases"][0]["comparators"]["selector"]["peak_extra_bytes"] = 3 << 19
+    console = Console(width=400, record=True)
+    console.print(results_table(data))
+    rows = [line for line in console.export_text().splitlines() if "│" in line]
+    cells = [[cell.strip() for cell in row.split("│")[1:-1]] for row in rows]
+    by_name = {row[0]: row for row in cells}
+    assert by_name[data["cases"][0]["name"]][-1] == "1.5"
+    assert by_name[data["cases"][1]["name"]][-1] == "-"
