@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 import pp3kernels
@@ -46,7 +47,7 @@ def test_a_policy_quantised_onto_q_equal_p_is_refused_before_sampling(
     assert calls == []
 
 
-def _recorded_keys(seed: int, n: int, chunk: int) -> list[tuple[list[int], list[int]]]:
+def _recorded_keys(seed: int, n: int, chunk: int | None) -> list[tuple[list[int], list[int]]]:
     """(seeds, positions) of every verifier call of one CPU run, in call order."""
     calls: list[tuple[list[int], list[int]]] = []
 
@@ -184,3 +185,46 @@ def test_the_run_is_at_temperature_1_and_its_parameters_say_so() -> None:
         "policies": [policy.name for policy in POLICIES],
     }
     assert DENOMINATOR == 1 << 16
+
+
+def test_the_largest_seed_the_cli_accepts_keeps_its_keys_apart() -> None:
+    """--seed < 2^60 is what keeps the four keys seed * 8 + policy below 2^63 (one int64)
+    without wrapping: the largest accepted seed runs, and its keys collide with those of no
+    smaller seed (here 2^59 - 1, whose keys a wrap at 2^62 would reproduce)."""
+    top = _recorded_keys((1 << 60) - 1, 1, 1)
+    lower = _recorded_keys((1 << 59) - 1, 1, 1)
+    top_keys = {s for seeds, _ in top for s in seeds}
+    lower_keys = {s for seeds, _ in lower for s in seeds}
+    assert len(top_keys) == len(lower_keys) == len(POLICIES)
+    assert not top_keys & lower_keys, (top_keys, lower_keys)
+    assert all(0 <= key < 1 << 63 for key in top_keys | lower_keys)
+
+
+def test_a_cpu_run_uses_the_cpu_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without an explicit chunk, a CPU run goes in CHUNK_CPU requests per call (the small
+    one: a GPU-sized batch of 2^17 requests would be one huge interpreter launch)."""
+    monkeypatch.setattr(oracle_module, "CHUNK_CPU", 2)
+    monkeypatch.setattr(oracle_module, "CHUNK_GPU", 4)
+    calls = _recorded_keys(0, 5, None)
+    assert [len(seeds) for seeds, _ in calls] == [2, 2, 1] * len(POLICIES)
+
+
+def test_an_accepted_length_past_k_is_malformed_even_with_valid_tokens() -> None:
+    """A row reporting a = K + 1 is malformed (method.md: "a outside [0, K]"), also where
+    every slot holds an in-range token and the first K equal the drafts, so that nothing
+    else about the row is wrong. Every request is rewritten so: each policy's n requests
+    are all malformed (flattened-truncated's invalidated row already carries a -1 draft)."""
+
+    def past_k(*args: Any, **kwargs: Any) -> Any:
+        result = pp3kernels.reference_verify_chain(*args, **kwargs)
+        drafts = args[1]  # (logits, draft_tokens, ...)
+        k = drafts.shape[1]
+        tokens = result.tokens.clone()
+        tokens[:, :k] = drafts.clamp(min=0).to(tokens.dtype)
+        tokens[:, k] = 0
+        return result._replace(tokens=tokens, accepted=torch.full_like(result.accepted, k + 1))
+
+    result = run_oracle("cpu", 20, 1, past_k, label="past_k")
+    for member in result["data"]["policies"]:
+        assert member["malformed"] == 20 and member["counts"] == {}, member["name"]
+    assert result["verdict"] == "FAIL"
