@@ -228,3 +228,22 @@ def test_an_accepted_length_past_k_is_malformed_even_with_valid_tokens() -> None
     for member in result["data"]["policies"]:
         assert member["malformed"] == 20 and member["counts"] == {}, member["name"]
     assert result["verdict"] == "FAIL"
+
+
+def test_status_codes_are_counted_as_bytes_and_a_negative_one_is_a_fail() -> None:
+    """status is int8 (kernels' contract): the receipt's status_counts record each request's
+    status as an unsigned byte, so a verifier writing 1 (NAN) or -1 (no code at all) on some
+    rows gives those counts ("1", "255") and malformed rows, a FAIL, not a crash of pp3."""
+
+    def bad_status(*args: Any, **kwargs: Any) -> Any:
+        result = pp3kernels.reference_verify_chain(*args, **kwargs)
+        status = result.status.clone()
+        status[0::3] = -1
+        status[1::3] = 1
+        return result._replace(status=status)
+
+    result = run_oracle("cpu", 9, 2, bad_status, label="bad_status")
+    for member in result["data"]["policies"]:
+        assert member["status_counts"] == {"0": 3, "1": 3, "255": 3}, member["name"]
+        assert member["malformed"] == 6
+    assert result["verdict"] == "FAIL"
