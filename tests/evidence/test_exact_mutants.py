@@ -1,6 +1,6 @@
 """Tests that kill mutants of pp3cli/evidence/exact.py that test_exact.py let survive.
 
-A third campaign (2026-12-05, one AST mutation at a time against test_exact.py): every
+The ninth campaign (2026-12-05, one AST mutation at a time against test_exact.py): every
 refusal the module promises is pinned by its message, since without the explicit check
 most of these inputs either slip through silently or die later on an unrelated
 IndexError / NameError that names nothing the user gave.

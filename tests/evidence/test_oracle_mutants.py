@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,17 @@ import pp3kernels
 from pp3cli.cli.app import app
 from pp3cli.evidence import oracle as oracle_module
 from pp3cli.evidence.oracle import POLICIES, Policy, run_oracle
+
+
+def _recording_verifier(calls: list[tuple[Any, ...]]) -> Callable[..., Any]:
+    """The reference verifier, each call's positional arguments appended to ``calls``
+    (verify_with passes (logits, draft_tokens, temperature, seed, position, ...))."""
+
+    def verifier(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return pp3kernels.reference_verify_chain(*args, **kwargs)
+
+    return verifier
 
 
 def test_a_policy_quantised_onto_q_equal_p_is_refused_before_sampling(
@@ -32,16 +44,11 @@ def test_a_policy_quantised_onto_q_equal_p_is_refused_before_sampling(
     tied = Policy("tied", "row 1 uniform on 1..4", (point.rows[0], uniform, point.rows[2]),
                   (False, False, False))  # fmt: skip
     monkeypatch.setattr(oracle_module, "POLICIES", (tied,))
-    calls: list[Any] = []
-
-    def verifier(*args: Any, **kwargs: Any) -> Any:
-        calls.append(args)
-        return pp3kernels.reference_verify_chain(*args, **kwargs)
-
+    calls: list[tuple[Any, ...]] = []
     with pytest.raises(
         ValueError, match="draft quantisation put q\\(x\\) = p\\(x\\) exactly"
     ) as err:
-        run_oracle("cpu", 10, 0, verifier, label="tied")
+        run_oracle("cpu", 10, 0, _recording_verifier(calls), label="tied")
     assert "tied: row 1 token 3: q = p = 1/4" in str(err.value)
     assert "row 0" not in str(err.value) and "row 2" not in str(err.value)
     assert calls == []
@@ -49,15 +56,9 @@ def test_a_policy_quantised_onto_q_equal_p_is_refused_before_sampling(
 
 def _recorded_keys(seed: int, n: int, chunk: int | None) -> list[tuple[list[int], list[int]]]:
     """(seeds, positions) of every verifier call of one CPU run, in call order."""
-    calls: list[tuple[list[int], list[int]]] = []
-
-    def recording(*args: Any, **kwargs: Any) -> Any:
-        # verify_with passes (logits, draft_tokens, temperature, seed, position, ...)
-        calls.append((args[3].tolist(), args[4].tolist()))
-        return pp3kernels.reference_verify_chain(*args, **kwargs)
-
-    run_oracle("cpu", n, seed, recording, label="recording", chunk=chunk)
-    return calls
+    calls: list[tuple[Any, ...]] = []
+    run_oracle("cpu", n, seed, _recording_verifier(calls), label="recording", chunk=chunk)
+    return [(args[3].tolist(), args[4].tolist()) for args in calls]
 
 
 def test_each_policy_has_its_own_philox_key_and_each_request_its_own_counters() -> None:
@@ -162,13 +163,9 @@ def test_the_run_is_at_temperature_1_and_its_parameters_say_so() -> None:
     from pp3cli.evidence.oracle import DENOMINATOR, targets
     from pp3cli.evidence.profiles import MIN_EXPECTED
 
-    temperatures: list[float] = []
-
-    def recording(*args: Any, **kwargs: Any) -> Any:
-        temperatures.extend(args[2].tolist())  # (logits, draft_tokens, temperature, ...)
-        return pp3kernels.reference_verify_chain(*args, **kwargs)
-
-    result = run_oracle("cpu", 3, 7, recording, label="rec", alpha=0.01)
+    calls: list[tuple[Any, ...]] = []
+    result = run_oracle("cpu", 3, 7, _recording_verifier(calls), label="rec", alpha=0.01)
+    temperatures = [tau for args in calls for tau in args[2].tolist()]
     assert temperatures == [1.0] * 3 * len(POLICIES)
     assert result["parameters"] == {
         "n_per_policy": 3,

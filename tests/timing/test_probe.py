@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import math
 from collections.abc import Callable
 from dataclasses import asdict
@@ -946,14 +947,25 @@ def test_pp3_probe_without_options_runs_the_configs_defaults(
     assert accepted.exit_code == 0 and seen["copy_mib"] == 1
 
 
-def test_results_table_shows_medians_ratios_bandwidth_and_memory() -> None:
-    """The human table: the copy rate in TB/s in its title; per case each comparator's
-    median (or "-" where it did not run), the floor, the selector's ratios, the selector's
-    achieved TB/s (bytes read over its median) and its extra memory in MiB."""
+def _results_table(data: dict[str, Any]) -> tuple[str, dict[str, list[str]]]:
+    """`pp3 probe`'s human table of ``data`` as text, and each case's row as its stripped
+    cells, by case name."""
     from rich.console import Console
 
     from pp3cli.cli.probe import results_table
 
+    console = Console(width=400, record=True)
+    console.print(results_table(data))
+    text = console.export_text()
+    rows = [line for line in text.splitlines() if "│" in line]
+    cells = [[cell.strip() for cell in row.split("│")[1:-1]] for row in rows]
+    return text, {row[0]: row for row in cells}
+
+
+def test_results_table_shows_medians_ratios_bandwidth_and_memory() -> None:
+    """The human table: the copy rate in TB/s in its title; per case each comparator's
+    median (or "-" where it did not run), the floor, the selector's ratios, the selector's
+    achieved TB/s (bytes read over its median) and its extra memory in MiB."""
     data = copy.deepcopy(tiny_data())
     data["copy_bandwidth_bytes_per_s"] = 3.25e12
     case = data["cases"][0]
@@ -963,12 +975,9 @@ def test_results_table_shows_medians_ratios_bandwidth_and_memory() -> None:
     case["ratios"] = {"selector/argmax": 0.123456, "selector/vllm": 0.5678, "selector/floor": 7.891}
     selector = probe_summary.median_or_none(case["comparators"]["selector"])
     assert selector is not None and selector != 2345.678
-    console = Console(width=400, record=True)
-    console.print(results_table(data))
-    text = console.export_text()
+    text, rows = _results_table(data)
     assert "copy 3.25 TB/s" in text
-    row = next(line for line in text.splitlines() if case["name"] in line)
-    cells = [cell.strip() for cell in row.split("│")[1:-1]]
+    cells = rows[case["name"]]
     achieved = 2_500_000_000 / (selector * 1e-6) / 1e12
     assert 0.01 < achieved < 1e3  # a value that shows in two decimals
     # case | selector argmax reference vllm | floor | 3 ratios | sel TB/s | sel MiB
@@ -1225,8 +1234,6 @@ def test_a_dry_run_validates_lists_and_runs_nothing(
     args = ["--scratch", str(tmp_path), "probe", "--dry-run", "--batch", "2", "--depth", "3"]
     result, seen = _probe_cli_recorded(monkeypatch, [*args, "--json"])
     assert result.exit_code == 0 and seen == {}, result.output
-    import json
-
     listing = json.loads(result.stdout)
     cases = probe_cases.build_cases(probe_cases.ProbeConfig(batches=(2,), depths=(3,)))
     assert listing == [{**asdict(c), "name": c.name, "bytes_read": c.bytes_read()} for c in cases]
@@ -1246,16 +1253,8 @@ def test_a_dry_run_validates_lists_and_runs_nothing(
 def test_the_table_shows_the_selectors_extra_memory_in_fractional_mib() -> None:
     """`sel MiB` is peak_extra_bytes / 2^20 to one decimal (1.5 MiB is not 1 MiB), and "-"
     where no peak was measured (off the GPU)."""
-    from rich.console import Console
-
-    from pp3cli.cli.probe import results_table
-
     data = tiny_data()
     data["cases"][0]["comparators"]["selector"]["peak_extra_bytes"] = 3 << 19
-    console = Console(width=400, record=True)
-    console.print(results_table(data))
-    rows = [line for line in console.export_text().splitlines() if "│" in line]
-    cells = [[cell.strip() for cell in row.split("│")[1:-1]] for row in rows]
-    by_name = {row[0]: row for row in cells}
+    _text, by_name = _results_table(data)
     assert by_name[data["cases"][0]["name"]][-1] == "1.5"
     assert by_name[data["cases"][1]["name"]][-1] == "-"
