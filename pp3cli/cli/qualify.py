@@ -228,7 +228,9 @@ def qualify_command(
         typer.Option("--tv", help="Size the run to detect this total variation (power 0.99)."),
     ] = None,
     alpha: Annotated[float, typer.Option("--alpha", help="Family-wise alpha (Holm).")] = ALPHA,
-    seed: Annotated[int, typer.Option("--seed", help="The run's one Philox seed.")] = 0,
+    seed: Annotated[
+        int, typer.Option("--seed", help="The run's one Philox seed (0 <= seed < 2^60).")
+    ] = 0,
     n_greedy: Annotated[
         int | None,
         typer.Option("--n-greedy", help="Paired T0 requests (default: the profile's)."),
@@ -289,6 +291,8 @@ def qualify_command(
         raise UsageProblem(f"--alpha {alpha}: expected 0 < alpha < 1")
     if tv is not None and not 0 < tv <= 1:
         raise UsageProblem(f"--tv {tv}: expected 0 < tv <= 1")
+    if seed < 0 or seed >= 1 << 60:  # as oracle's; numpy refuses a negative seed, torch >= 2^63
+        raise UsageProblem(f"--seed {seed}: expected 0 <= seed < 2^60")
     if n_greedy is not None and n_greedy < 1:
         raise UsageProblem(f"--n-greedy {n_greedy}: expected at least 1")
     if profile is not None and profile not in PROFILES:
