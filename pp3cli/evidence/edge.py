@@ -115,13 +115,19 @@ def check_sparse_full_target_tails(
     out = _call(verifier, logits, drafts, tau, seeds, position)
     if not bool((out.status == STATUS_OK).all()) or not bool((out.accepted == 0).all()):
         return EdgeResult("sparse_full_target_tails", False, "status not OK or accepted != 0")
-    first = out.tokens[:, 0].long().clamp(0, vocab - 1)
-    hits = torch.bincount(first, minlength=vocab).cpu().tolist()
+    first = out.tokens[:, 0].long()
+    outside = int(((first < 0) | (first >= vocab)).sum())  # counted apart, never as 0 or V-1
+    hits = torch.bincount(first.clamp(0, vocab - 1), minlength=vocab).cpu().tolist()
     tail = sum(hits[1:])
     p_value = binomtest(tail, n, 15 / 512).pvalue
     missing = [v for v in range(1, vocab) if hits[v] == 0]
-    passed = not missing and p_value > 1e-6 and bool((out.tokens[:, 1] == -1).all())
-    detail = f"tail hits {hits[1:]} (expected 32 each), total {tail}/{n}, binomial p={p_value:.3g}"
+    passed = (
+        outside == 0 and not missing and p_value > 1e-6 and bool((out.tokens[:, 1] == -1).all())
+    )
+    detail = (
+        f"tail hits {hits[1:]} (expected 32 each), total {tail}/{n}, binomial p={p_value:.3g}, "
+        f"emitted outside [0, {vocab}): {outside}"
+    )
     return EdgeResult("sparse_full_target_tails", passed, detail)
 
 

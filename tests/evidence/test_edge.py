@@ -324,3 +324,20 @@ def test_the_permutation_detail_counts_the_requests_that_differ(
     assert result.detail == (
         "permuted batch: 0/1024 requests differ; 7-request sub-batch identical: True"
     )
+
+
+def _tail_as_padding(tokens: torch.Tensor, *_: Any) -> None:
+    """vLLM's padding-tile bug (DESIGN.md): the last tail token 15 emitted as id V = 16."""
+    tokens[:, 0] = torch.where(tokens[:, 0] == 15, torch.full_like(tokens[:, 0], 16), tokens[:, 0])
+
+
+def _first_as_minus_one(tokens: torch.Tensor, *_: Any) -> None:
+    """Every head token 0 emitted as -1 (nothing) with status OK."""
+    tokens[:, 0] = torch.where(tokens[:, 0] == 0, torch.full_like(tokens[:, 0], -1), tokens[:, 0])
+
+
+@pytest.mark.parametrize("fault", [_tail_as_padding, _first_as_minus_one])
+def test_sparse_tails_fail_an_emitted_id_outside_the_vocabulary(fault: Fault) -> None:
+    """The tail count clamped every token into [0, V): an id V was counted as token V - 1
+    (a verifier emitting 16 for 15 passed) and -1 as token 0. An id outside [0, V) fails."""
+    assert _failed(_with_fault(fault), {"sparse_full_target_tails"}) == {"sparse_full_target_tails"}
