@@ -135,8 +135,12 @@ def plan_samples(
     """Per member: n with P(reject | TV = tv on the pooled cells) >= power.
 
     Sized at alpha / m (m = family size, Holm's strictest step), so the guarantee holds
-    whatever the other members do. df depends on pooling, which depends on n: iterate
-    n -> pool at n -> df -> samples_for_tv until n stops growing.
+    whatever the other members do. n starts from the unpooled df (possible cells - 1);
+    pooling at that n can only merge cells, so its df and ``samples_for_tv`` at it are no
+    larger and n already suffices (the loop, which would grow n, then stops at once). n is
+    thus sufficient, not always the least n with n >= samples_for_tv(df pooled at n):
+    the same at TV 1e-3 and 3e-4 (alpha 1e-5), 9% above it at TV 2e-2, where pooling
+    merges many cells.
     """
     laws = [law for target in targets for law in member_laws(target, 2)]
     member_alpha = alpha / len(laws)
