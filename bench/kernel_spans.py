@@ -38,7 +38,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ["1 T1 sparse64", "4 T1 sparse64", "16 T1 sparse64", "64 T1 sparse64", "4 T1 point"]
 GRAPH_CALLS = 10
-PHASE1 = "_chain_stats_kernel"
+PHASE1 = "chain_stats_kernel"  # CUPTI names a Triton kernel without its leading "_"
 SPANS = ["phase 1", "finish start", "finish tail", "call", "gap"]
 
 
@@ -47,7 +47,7 @@ def calls_of(kernels: list[tuple[str, float, float]]) -> list[dict[str, float]]:
     phase-1 launch and holds every launch up to the next one (its last launch is the
     finish); the gap is to the next call's phase 1 (absent for the last call)."""
     ordered = sorted(kernels, key=lambda k: k[1])
-    opens = [i for i, k in enumerate(ordered) if k[0] == PHASE1]
+    opens = [i for i, k in enumerate(ordered) if k[0].lstrip("_") == PHASE1]
     rows: list[dict[str, float]] = []
     for n, first in enumerate(opens):
         last = (opens[n + 1] if n + 1 < len(opens) else len(ordered)) - 1
@@ -106,7 +106,7 @@ def worker(pkg_parent: str, case: str, replays: int, result_path: str) -> None:
         kernels = [
             (e.name, float(e.time_range.start), float(e.time_range.end))
             for e in prof.events()
-            if e.device_type == DeviceType.CUDA and e.name.startswith("_chain_")
+            if e.device_type == DeviceType.CUDA and e.name.lstrip("_").startswith("chain_")
         ]
         rows += calls_of(kernels)
     names = sorted({e.name for e in prof.events() if e.device_type == DeviceType.CUDA})
