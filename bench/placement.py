@@ -148,6 +148,7 @@ def summarise(case: str, package: str, got: list[dict[str, Any]]) -> dict[str, A
     """Medians over replays of each replay's times (µs after its first phase-1 entry)."""
     per: dict[str, list[float]] = {k: [] for k in TIMES}
     shared: list[float] = []
+    doubled: list[float] = []
     for replay in got:
         stats = [s for s in replay["stats"] if s[1] > 0 and s[2] > 0]
         finish = [f for f in replay["finish"] if f[1] > 0]
@@ -164,12 +165,16 @@ def summarise(case: str, package: str, got: list[dict[str, Any]]) -> dict[str, A
             per["finish token"].append((max(tokens) - t0) / 1e3)
         beside = [any(s[0] == f[0] and s[1] <= f[1] < s[2] for s in stats) for f in finish]
         shared.append(sum(beside) / len(beside))
+        # finish programs on a multiprocessor that another finish program of the call also took
+        sms = [f[0] for f in finish]
+        doubled.append(sum(sms.count(sm) > 1 for sm in sms) / len(sms))
     return {
         "case": case,
         "package": package,
         "replays": len(got),
         "us": {k: statistics.median(v) if v else float("nan") for k, v in per.items()},
         "finish beside phase 1": statistics.median(shared) if shared else float("nan"),
+        "finish sharing an SM": statistics.median(doubled) if doubled else float("nan"),
         "phase-1 SMs": len({s[0] for s in got[-1]["stats"] if s[1] > 0}) if got else 0,
     }
 
@@ -193,7 +198,8 @@ def main() -> int:
         cells = " ".join(f"{r['us'][n]:17.2f}" for n in TIMES)
         print(
             f"{Path(r['package']).name:14s} {r['case']:16s} {cells}"
-            f"   beside {r['finish beside phase 1']:.2f}, {r['phase-1 SMs']} SMs (µs)"
+            f"   beside {r['finish beside phase 1']:.2f}, sharing {r['finish sharing an SM']:.2f},"
+            f" {r['phase-1 SMs']} SMs (µs)"
         )
     return 0
 
