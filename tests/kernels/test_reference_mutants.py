@@ -406,3 +406,60 @@ def test_dense_q_next_row_defect_reads_the_next_row_then_the_last() -> None:
     result = reference_verify_chain(**args, defect="dense_q_next_row")
     tokens, accepted, _ = _law(shifted)
     assert result.tokens.tolist() == tokens and result.accepted.tolist() == accepted
+
+
+# u = fl(2/3) = 6004799503160661 * 2^-53 is on sample_uniform's grid ((2k + 1) * 2^-53, odd
+# numerator), and the grid step below it is 2^-52.
+_TIE_U = 2 / 3
+_BELOW_TIE_U = 2 / 3 - 2**-52
+
+
+@pytest.mark.parametrize(("u", "token"), [(_TIE_U, 2), (_BELOW_TIE_U, 1)])
+@pytest.mark.parametrize("defect", [None, "unnormalised_residual"])
+def test_an_exact_tie_of_the_running_sum_moves_to_the_next_token(
+    monkeypatch: pytest.MonkeyPatch, u: float, token: int, defect: str | None
+) -> None:
+    """The inverse CDF is strict: the smallest v with R_v > u * R_{V-1}, so a running sum
+    equal to the target is passed over. e = (1, 1, 1), x = -1 (row 0 samples p): R =
+    (1, 2, 3) and u = fl(2/3) gives u * 3 = 2 - 2^-53, which fp64 rounds (to even) to
+    exactly 2 = R_1, so token 2, not 1; one grid step lower the target is below 2 and
+    token 1 is right. ``unnormalised_residual`` compares u itself with the running sums of
+    e / s = fl(1/3): R_1 = 2 fl(1/3) = fl(2/3) = u, the same tie, the same answer. A tie
+    has probability about 2^-52 per draw, so u is planted (a value the generator can give:
+    the law is a function of u)."""
+    numerator, scale = _TIE_U.as_integer_ratio()
+    assert scale == 2**53 and numerator % 2 == 1
+    assert _TIE_U * 3 == 2.0 and _BELOW_TIE_U * 3 < 2.0
+    import pp3kernels.reference as reference
+
+    def planted(seed: torch.Tensor, rowpos: torch.Tensor) -> torch.Tensor:
+        return torch.full(rowpos.shape, u, dtype=torch.float64)
+
+    monkeypatch.setattr(reference, "sample_uniform", planted)
+    result = reference_verify_chain(
+        torch.zeros((2, 2, 3)),
+        torch.full((2, 1), -1, dtype=torch.int32),
+        torch.tensor([1.0, 0.5]),
+        torch.arange(2, dtype=torch.int64),
+        torch.zeros(2, dtype=torch.int64),
+        defect=defect,
+    )
+    assert result.tokens.tolist() == [[token, -1]] * 2
+    assert result.accepted.tolist() == [0, 0]
+
+
+@pytest.mark.parametrize("bad_id", [4, 7])
+def test_support_id_past_the_vocabulary_without_validation_is_bad_draft(bad_id: int) -> None:
+    """validate=False, a positive count on support id V = 4 or V + 3 in request 0 (q that
+    ``validate_chain_inputs`` refuses): that request is STATUS_BAD_DRAFT and emits nothing,
+    the q row is still built without an out-of-range scatter (ids >= V are dropped, as ids
+    < 0 are), and request 1 follows the law."""
+    args = _four_token(0, sparse=True, batch=2)
+    ids = args["q_ids"].clone()
+    ids[0, 0, 1] = bad_id
+    args["q_ids"] = ids
+    result = reference_verify_chain(**args, validate=False)
+    assert result.status.tolist() == [STATUS_BAD_DRAFT, STATUS_OK]
+    assert result.tokens[0].tolist() == [-1, -1] and int(result.accepted[0]) == 0
+    tokens, accepted, _ = _law(_four_token(0, sparse=True, batch=2))
+    assert (result.tokens[1].tolist(), int(result.accepted[1])) == (tokens[1], accepted[1])
