@@ -266,3 +266,48 @@ def test_sample_drafts_refuses_a_count_of_one_on_padding() -> None:
     assert str(raised.value) == (
         "request 0, row 0: slot 1 has count 1 but id -1; expected a token id >= 0"
     )
+
+
+@pytest.mark.parametrize("name", ["q_counts", "seed", "position", "invalidate"])
+def test_sample_drafts_refuses_a_second_device_by_name(name: str) -> None:
+    """Every input on q_ids' device: one tensor on another device (``meta`` here, so the
+    check runs without a GPU) is refused with a message naming it and both devices,
+    before any arithmetic mixes devices (the optional invalidate mask included)."""
+    tensors: dict[str, torch.Tensor] = {
+        "q_counts": torch.tensor([[[4, 4]]], dtype=torch.int32),
+        "seed": torch.zeros(1, dtype=torch.int64),
+        "position": torch.zeros(1, dtype=torch.int64),
+        "invalidate": torch.zeros((1, 1), dtype=torch.bool),
+    }
+    tensors[name] = tensors[name].to("meta")
+    ids = torch.tensor([[[0, 1]]], dtype=torch.int32)
+    with pytest.raises(SelectorInputError) as raised:
+        sample_drafts(
+            ids,
+            tensors["q_counts"],
+            8,
+            tensors["seed"],
+            tensors["position"],
+            invalidate=tensors["invalidate"],
+        )
+    assert str(raised.value) == f"{name} is on meta but q_ids is on cpu; expected one device"
+
+
+def test_quantise_refuses_a_scalar_by_its_shape() -> None:
+    """A 0-d tensor has no vocabulary axis: refused as a shape [..., V] error (not an
+    IndexError from reading shape[-1] of an empty shape)."""
+    with pytest.raises(SelectorInputError) as raised:
+        quantise_q(torch.tensor(0.5), 4)
+    assert str(raised.value) == "probs has shape (); expected [..., V] with V >= 1"
+
+
+def test_quantise_ties_go_to_the_lowest_ids_on_a_wide_row() -> None:
+    """Ties of the fractional part go to the lowest id however wide the row (a sort that is
+    not stable keeps this for a dozen tokens but not for hundreds): 200 equal weights,
+    every other id of 400 zero, over C = 256 give R = 56, t = 0.28 each, floors 0, so the
+    56 extra counts go to the 56 lowest support ids."""
+    probs = torch.zeros(400, dtype=torch.float64)
+    probs[::2] = 1.0
+    ids, counts = quantise_q(probs, 256)
+    assert ids.tolist() == list(range(0, 400, 2))
+    assert counts.tolist() == [2] * 56 + [1] * 144
