@@ -9,6 +9,7 @@ import sys
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -490,3 +491,76 @@ def test_vllm_draft_logits_for_dense_q_and_for_one_hot_proposals() -> None:
     one_hot = draft_logits_from_q(_chain(logits, [[1, 3], [0, 2]], [0.5, 1.0]))
     assert one_hot[0].tolist() == [[-inf, 0.0, -inf, -inf], [-inf, -inf, -inf, 0.0]]
     assert one_hot[1].tolist() == [[0.0, -inf, -inf, -inf], [-inf, -inf, 0.0, -inf]]
+
+
+def test_untempered_logits_reach_vllm_as_a_view_and_only_tempered_ones_are_copied() -> None:
+    """Module docstring: rows of requests with tau in {0, 1} go to vLLM as a view of pp3's
+    logits (no [B*(K+1), V] copy, which is GiBs at a real vocabulary); only a call with some
+    tau not in {0, 1} pays for the tempered copy, and that copy leaves pp3's logits alone."""
+    logits = torch.randn(2, 3, 5)
+    kept = logits.clone()
+    for tau in ([0.0, 1.0], [1.0, 1.0], [0.0, 0.0]):
+        flat = vllm_arguments(_chain(logits, [[0, 1], [2, 3]], tau))["target_logits"]
+        assert flat.data_ptr() == logits.data_ptr(), tau
+        assert torch.equal(flat, logits.reshape(6, 5))
+    flat = vllm_arguments(_chain(logits, [[0, 1], [2, 3]], [0.5, 1.0]))["target_logits"]
+    assert flat.data_ptr() != logits.data_ptr()
+    assert torch.equal(flat[:3], logits[0] / 0.5) and torch.equal(flat[3:], logits[1])
+    assert torch.equal(logits, kept)
+
+
+def test_vllm_gets_row_contiguous_logits_from_any_vocabulary_stride() -> None:
+    """pp3 takes logits of any strides: one value broadcast over V (stride 0) or every
+    other column of a wider tensor (stride 2); vLLM reads rows with unit stride, so such
+    logits are made contiguous, tempered or not, and keep their values."""
+    broadcast = torch.randn(2, 3, 1).expand(2, 3, 5)
+    every_other = torch.randn(2, 3, 10)[..., ::2]
+    for logits in (broadcast, every_other):
+        for tau in ([0.0, 1.0], [0.5, 1.0]):
+            flat = vllm_arguments(_chain(logits, [[0, 1], [2, 3]], tau))["target_logits"]
+            assert flat.stride(-1) == 1 and flat.shape == (6, 5), (logits.stride(), tau)
+            divisor = torch.tensor(tau).where(torch.tensor(tau) != 0, torch.ones(2))
+            assert torch.equal(flat, (logits / divisor[:, None, None]).reshape(6, 5))
+
+
+def test_vllm_arguments_have_the_documented_dtypes() -> None:
+    """Module docstring: vLLM's kernels get int64 tokens and positions, int32 row maps and
+    cu_num_logits, fp32 temperature, int64 seeds, and the logits in their own dtype; pp3's
+    int32 drafts are widened, not passed through."""
+    logits = torch.randn(2, 3, 5, dtype=torch.bfloat16)
+    for tau in ([0.0, 1.0], [0.5, 2.0]):
+        kwargs = vllm_arguments(_chain(logits, [[0, 1], [-1, 3]], tau))
+        dtypes = {key: value.dtype for key, value in kwargs.items() if torch.is_tensor(value)}
+        assert dtypes == {
+            "target_logits": torch.bfloat16,
+            "draft_sampled": torch.int64,
+            "cu_num_logits": torch.int32,
+            "pos": torch.int64,
+            "idx_mapping": torch.int32,
+            "expanded_idx_mapping": torch.int32,
+            "expanded_local_pos": torch.int32,
+            "temperature": torch.float32,
+            "seed": torch.int64,
+        }, tau
+
+
+def test_the_vllm_verifier_returns_the_chain_result_dtypes() -> None:
+    """``ChainResult``'s contract whatever vLLM's own dtypes (sampled int64, num_sampled
+    int32): tokens [B, K+1] int32 padded with -1, accepted [B] int32 and status [B] int8,
+    every row STATUS_OK (vLLM has no status output)."""
+    from pp3cli.verifiers.vllm_mrv2 import vllm_verifier
+    from pp3kernels import STATUS_OK
+
+    def rejection_sample(**kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        sampled = torch.tensor([[4, 2, 7], [1, 9, 9]], dtype=torch.int64)
+        return sampled, torch.tensor([3, 1], dtype=torch.int32)
+
+    logits = torch.zeros(2, 3, 10)
+    result = _chain(logits, [[4, 2], [3, 0]], [1.0, 0.0]).verify_with(
+        vllm_verifier(rejection_sample)
+    )
+    assert result.tokens.dtype == torch.int32 and result.accepted.dtype == torch.int32
+    assert result.status.dtype == torch.int8
+    assert result.tokens.tolist() == [[4, 2, 7], [1, -1, -1]]
+    assert result.accepted.tolist() == [2, 0]
+    assert result.status.tolist() == [STATUS_OK, STATUS_OK]
