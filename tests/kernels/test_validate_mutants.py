@@ -298,3 +298,37 @@ def test_request_slices_cover_the_batch_within_the_bound(monkeypatch: pytest.Mon
                 size = len(range(batch)[s])
                 assert size >= 1
                 assert size == 1 or size * per_request <= 7, (batch, per_request, s)
+
+
+def test_request_slices_are_as_large_as_the_bound_allows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bound is also the slice size: validation loops over its slices in Python, so each
+    slice but the last holds every request that fits (bound // per_request, at least one) and
+    a large batch of small rows is read in the fewest slices, not in needlessly small ones."""
+    monkeypatch.setattr(validate, "VALIDATION_CHUNK_ELEMENTS", 7)
+    for batch in (1, 5, 11, 30):
+        for per_request in (1, 2, 3, 5, 7, 8, 20):
+            slices = list(validate._request_slices(batch, per_request))
+            sizes = [len(range(batch)[s]) for s in slices]
+            full = max(1, 7 // per_request)
+            assert sizes[:-1] == [full] * (len(sizes) - 1), (batch, per_request, sizes)
+            assert 1 <= sizes[-1] <= full, (batch, per_request, sizes)
+
+
+@pytest.mark.parametrize("form", ["sparse", "dense"])
+def test_a_call_without_drafts_but_with_an_empty_q_flags_nobody(form: str) -> None:
+    """K = 0 (only the bonus row) with q given in its empty shape [B, 0, S] / [B, 0, V]: a
+    well-formed call, accepted by validation, and the STATUS_BAD_DRAFT predicate flags no
+    request (q has no entries per request, yet it is still read in slices of the bound)."""
+    batch, vocab = 3, 4
+    if form == "sparse":
+        q: dict[str, Any] = {
+            "q_ids": torch.zeros((batch, 0, 2), dtype=torch.int32),
+            "q_counts": torch.zeros((batch, 0, 2), dtype=torch.int32),
+            "denominator": 4,
+        }
+    else:
+        q = {"q_dense": torch.zeros((batch, 0, vocab))}
+    inputs = _inputs([[]] * batch, [1.0, 0.0, 1.0], vocab, **q)
+    assert validate_chain_inputs(inputs).q_form == form
+    flags = bad_draft_requests(inputs)
+    assert flags.dtype == torch.bool and flags.tolist() == [False, False, False]
