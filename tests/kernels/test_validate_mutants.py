@@ -332,3 +332,29 @@ def test_a_call_without_drafts_but_with_an_empty_q_flags_nobody(form: str) -> No
     assert validate_chain_inputs(inputs).q_form == form
     flags = bad_draft_requests(inputs)
     assert flags.dtype == torch.bool and flags.tolist() == [False, False, False]
+
+
+@pytest.mark.parametrize(("form", "sizes"), [("sparse", [3, 3, 1]), ("dense", [2, 2, 2, 1])])
+def test_q_is_read_in_the_fewest_slices_of_the_bound(
+    form: str, sizes: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request's q is K x S (sparse) or K x V (dense) entries, not B x ...: with a bound of
+    12 and K = 2, S = 2, V = 3, slices hold 3 (sparse) or 2 (dense) of the 7 requests."""
+    monkeypatch.setattr(validate, "VALIDATION_CHUNK_ELEMENTS", 12)
+    batch, drafts, vocab = 7, 2, 3
+    seen: list[int] = []
+    name = "_sparse_masks" if form == "sparse" else "_dense_masks"
+    original = getattr(validate, name)
+
+    def spy(q: torch.Tensor, *rest: Any) -> dict[str, torch.Tensor]:
+        seen.append(int(q.shape[0]))
+        masks: dict[str, torch.Tensor] = original(q, *rest)
+        return masks
+
+    monkeypatch.setattr(validate, name, spy)
+    if form == "sparse":
+        q = _sparse([[[0, 1]] * drafts] * batch, [[[2, 2]] * drafts] * batch, 4)
+    else:
+        q = {"q_dense": torch.tensor([0.5, 0.5, 0.0]).expand(batch, drafts, vocab)}
+    validate_chain_inputs(_inputs([[0, 1]] * batch, [1.0] * batch, vocab, **q))
+    assert seen == sizes
