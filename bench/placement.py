@@ -165,9 +165,15 @@ def summarise(case: str, package: str, got: list[dict[str, Any]]) -> dict[str, A
             per["finish token"].append((max(tokens) - t0) / 1e3)
         beside = [any(s[0] == f[0] and s[1] <= f[1] < s[2] for s in stats) for f in finish]
         shared.append(sum(beside) / len(beside))
-        # finish programs on a multiprocessor that another finish program of the call also took
-        sms = [f[0] for f in finish]
-        doubled.append(sum(sms.count(sm) > 1 for sm in sms) / len(sms))
+        # finish programs that ran (entry to their last stamp) beside another on one SM
+        spans = [(f[0], f[1], max(f[1:])) for f in finish]
+        beside_finish = [
+            any(
+                j != i and b[0] == a[0] and b[1] < a[2] and a[1] < b[2] for j, b in enumerate(spans)
+            )
+            for i, a in enumerate(spans)
+        ]
+        doubled.append(sum(beside_finish) / len(spans))
     return {
         "case": case,
         "package": package,
