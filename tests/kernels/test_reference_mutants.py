@@ -448,3 +448,76 @@ def test_an_exact_tie_of_the_running_sum_moves_to_the_next_token(
     )
     assert result.tokens.tolist() == [[token, -1]] * 2
     assert result.accepted.tolist() == [0, 0]
+
+
+@pytest.mark.parametrize(
+    ("poison", "status"),
+    [(float("nan"), STATUS_NAN), (float("inf"), STATUS_POSINF), (None, STATUS_ALL_MASKED)],
+)
+def test_logits_statuses_take_precedence_over_bad_draft(poison: float | None, status: int) -> None:
+    """validate=False: a request whose q is refused (support id V with a positive count)
+    AND whose logits are NaN / +inf / all -inf in a row keeps the logits status: the
+    contract checks STATUS_BAD_DRAFT only after the three logits statuses, so BAD_DRAFT
+    marks only requests that are otherwise OK (request 1, bad q alone, is BAD_DRAFT)."""
+    args = _four_token(0, sparse=True, batch=3)
+    ids = args["q_ids"].clone()
+    ids[:2, 0, 1] = 4
+    logits = args["logits"].clone()
+    if poison is None:
+        logits[0, 1, :] = float("-inf")
+    else:
+        logits[0, 1, 2] = poison
+    result = reference_verify_chain(**{**args, "q_ids": ids, "logits": logits}, validate=False)
+    assert result.status.tolist() == [status, STATUS_BAD_DRAFT, STATUS_OK]
+    assert result.tokens[:2].tolist() == [[-1, -1]] * 2 and result.accepted[:2].tolist() == [0, 0]
+
+
+def test_accept_ge_defect_accepts_exactly_when_the_coin_reaches_the_ratio() -> None:
+    """``accept_ge`` in the hand case (p_0 = 1/4, q_0 = 1/2, ratio 1/2): a proposal is
+    accepted iff U * 4 >= 1/4 * 8, i.e. U >= 1/2, request by request; drafts with U < 1/2
+    are rejected (the defect flips the comparison, it does not accept every proposal)."""
+    args = _four_token(0, sparse=True, batch=400)
+    result = reference_verify_chain(**args, defect="accept_ge")
+    reaches = (acceptance_uniform(args["seed"], args["position"]) >= 0.5).long()
+    assert result.accepted.tolist() == reaches.tolist()
+    assert 100 < int(reaches.sum()) < 300  # both outcomes occur
+
+
+# U = (j + 1/2) 2^-24 with j = 5592405 is 11184811 * 2^-25 = fl32(1/3): a value on the
+# acceptance grid equal to p_x = e_x / s = fl32(1 / 3) of three equal logits.
+_TIE_COIN = 11184811 * 2**-25
+
+
+@pytest.mark.parametrize(("defect", "accepted"), [(None, 0), ("accept_ge", 1)])
+def test_a_coin_equal_to_the_ratio_is_a_rejection(
+    monkeypatch: pytest.MonkeyPatch, defect: str | None, accepted: int
+) -> None:
+    """The accept test is strict: U * n < p_x * C. Three equal logits give p_0 = fl32(1/3),
+    q = the point mass on 0 (n = C = 8), and U planted at exactly p_0 (a grid value; a tie
+    has probability 2^-24 per draw): U * 8 == p_0 * 8, so the correct verifier rejects
+    (then emits 1 or 2, the residual (0, 1, 1)), and ``accept_ge`` (U * n >= p_x * C)
+    accepts."""
+    assert float(np.float32(1) / np.float32(3)) == _TIE_COIN
+    assert (_TIE_COIN * 2**24 - 0.5).is_integer() and _TIE_COIN * 2**24 < 2**24
+    import pp3kernels.reference as reference
+
+    def planted(seed: torch.Tensor, rowpos: torch.Tensor) -> torch.Tensor:
+        return torch.full(rowpos.shape, _TIE_COIN, dtype=torch.float64)
+
+    monkeypatch.setattr(reference, "acceptance_uniform", planted)
+    result = reference_verify_chain(
+        torch.zeros((64, 2, 3)),
+        torch.zeros((64, 1), dtype=torch.int32),
+        torch.ones(64),
+        torch.arange(64, dtype=torch.int64),
+        torch.zeros(64, dtype=torch.int64),
+        q_ids=torch.zeros((64, 1, 1), dtype=torch.int32),
+        q_counts=torch.full((64, 1, 1), 8, dtype=torch.int32),
+        denominator=8,
+        defect=defect,
+    )
+    assert result.accepted.tolist() == [accepted] * 64
+    if accepted:
+        assert result.tokens[:, 0].tolist() == [0] * 64
+    else:
+        assert set(result.tokens[:, 0].tolist()) == {1, 2}
