@@ -521,3 +521,18 @@ def test_a_coin_equal_to_the_ratio_is_a_rejection(
         assert result.tokens[:, 0].tolist() == [0] * 64
     else:
         assert set(result.tokens[:, 0].tolist()) == {1, 2}
+
+
+@pytest.mark.parametrize("defect", ["unclipped_residual", "unnormalised_residual"])
+def test_residual_defects_leave_rows_without_a_rejection_alone(defect: str) -> None:
+    """Both residual defects change the residual only: a row that samples p (x = -1: no
+    proposal, so r = e) still gives token v iff v < 4u <= v + 1 for e = (1, 1, 1, 1).
+    ``unclipped_residual`` compares the running sums (1, 2, 3, 4) with u * R_{V-1} = 4u
+    (not u, not u + 4), ``unnormalised_residual`` the sums of e / s (1/4, ..., 1) with u;
+    the signed total of a rejected row is 0, so only such rows pin the target's scale."""
+    args = _four_token(-1, sparse=True, batch=2000)
+    result = reference_verify_chain(**args, defect=defect)
+    u0 = sample_uniform(args["seed"], args["position"]).tolist()
+    expected = [[next(v for v in range(4) if v + 1 > 4 * u), -1] for u in u0]
+    assert result.tokens.tolist() == expected
+    assert {t[0] for t in expected} == {0, 1, 2, 3}
