@@ -25,15 +25,15 @@ tracing adds its own overhead to each launch: compare packages with each other, 
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from finish_timeline import stamp_parser  # bench/ is the script's own folder
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ["1 T1 sparse64", "4 T1 sparse64", "16 T1 sparse64", "64 T1 sparse64", "4 T1 point"]
@@ -124,12 +124,8 @@ def summarise(case: str, package: str, rows: list[dict[str, float]]) -> dict[str
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = stamp_parser(__doc__, CASES, "replays", 20)
     parser.add_argument("--pkg", nargs="+", default=[str(ROOT / "kernels")])
-    parser.add_argument("--cases", nargs="+", default=CASES)
-    parser.add_argument("--replays", type=int, default=20)
-    parser.add_argument("--out", default=os.environ.get("OUT", "."))
-    parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args.worker[0], args.worker[1], args.replays, args.worker[2])
