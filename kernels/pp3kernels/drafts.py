@@ -102,8 +102,18 @@ def quantise_q(
     else:
         slots = max(int(support.max()) if rows else 1, 1)
 
+    # Finite probabilities can still sum past the fp64 range (inf): such rows are
+    # normalised through flat * 2^-64, exact for every value that matters (p_v is
+    # scale-free; a value the scaling underflows is below 2^-1010 against a sum above
+    # 2^1024, so t_v = 0 either way, and it keeps its count through ``positive``). Rows
+    # with a finite sum are untouched (bit for bit).
+    overflow = torch.isinf(totals)
+    shares = flat
+    if bool(overflow.any()):
+        shares = torch.where(overflow[:, None], flat * 2.0**-64, flat)
+        totals = shares.sum(dim=-1)
     remaining = denominator - support  # R >= 0
-    target = remaining[:, None].to(torch.float64) * (flat / totals[:, None])
+    target = remaining[:, None].to(torch.float64) * (shares / totals[:, None])
     floors = torch.where(positive, target.floor(), 0.0).to(torch.int64)
     leftover = (remaining - floors.sum(dim=-1)).clamp(min=0)
     leftover = torch.minimum(leftover, support)

@@ -311,3 +311,21 @@ def test_quantise_ties_go_to_the_lowest_ids_on_a_wide_row() -> None:
     ids, counts = quantise_q(probs, 256)
     assert ids.tolist() == list(range(0, 400, 2))
     assert counts.tolist() == [2] * 56 + [1] * 144
+
+
+def test_quantise_rows_whose_sum_overflows_fp64() -> None:
+    """Finite probabilities >= 0 with a positive mass are valid input even when their fp64
+    sum overflows to inf: p_v = probs_v / sum is scale-free, so (1e308, 1e308, 1e308) is
+    (1/3, 1/3, 1/3) and gets the rule's counts over C = 8 (R = 5, t = 5/3 each: floors 1,
+    the two extra counts to the lowest ids), and weights scaled by 2^1020 give the counts of
+    the unscaled weights, row by row (not the internal 'produced mass' RuntimeError)."""
+    ids, counts = quantise_q(torch.tensor([1e308] * 3, dtype=torch.float64), 8)
+    assert ids.tolist() == [0, 1, 2] and counts.tolist() == [3, 3, 2]
+    generator = torch.Generator().manual_seed(33)
+    weights = torch.randint(0, 10, (40, 12), generator=generator).to(torch.float64)
+    weights[:, 0] += 1.0
+    scaled = weights * 2.0**1020
+    assert bool(torch.isinf(scaled.sum(dim=-1)).all()) and bool(torch.isfinite(scaled).all())
+    expected = quantise_q(weights, 256)
+    got = quantise_q(scaled, 256)
+    assert got[0].tolist() == expected[0].tolist() and got[1].tolist() == expected[1].tolist()
