@@ -15,7 +15,7 @@ instructions, block barriers (BAR.SYNC) and cp.async loads (LDGSTS). --finish-wa
 --overlap 0 compiles the launches without programmatic dependent launch's waits and triggers;
 --finish-maxnreg N caps the finish launch's registers (Triton's maxnreg option, ptx .maxnreg;
 spills show what the cap costs), in place of the plan's own cap where it has one
-(LaunchPlan.finish_maxnreg, pending step 35; without the option it is compiled as launched);
+(LaunchPlan.finish_maxnreg, step 38; without the option it is compiled as launched);
 --tma 0 compiles phase 1 without a TMA descriptor where the plan asks for one (a package
 from step 12 on: phase 1's whole chunks as TMA boxes; the descriptor's type is what a
 contiguous bf16 call passes);
@@ -287,7 +287,10 @@ def worker(
             (
                 "finish",
                 chain.chain_finish_kernel,
-                finish_const,
+                # the finish's own carveout where the plan has one (step 38)
+                {**finish_const, "CARVEOUT": int(getattr(plan, "finish_carveout", -1))}
+                if int(getattr(plan, "finish_carveout", -1)) != -1
+                else finish_const,
                 plan.finish_warps,
                 dense if q == "dense" else other,
             )
@@ -308,7 +311,7 @@ def worker(
                 kernel, constexprs, pointer_types, values, desc if phase == "stats" else None
             )
             try:
-                # the plan's own cap (LaunchPlan.finish_maxnreg, step 35) unless overridden
+                # the plan's own cap (LaunchPlan.finish_maxnreg, step 38) unless overridden
                 planned = int(getattr(plan, "finish_maxnreg", 0)) or None
                 cap = (finish_maxnreg or planned) if phase == "finish" else None
                 compiled = _compile(kernel, signature, constants, attrs, warps, cap)

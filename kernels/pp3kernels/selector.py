@@ -22,7 +22,7 @@ that B * splits programs fill the multiprocessors.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -169,6 +169,19 @@ _MIN_SLOT_AXIS = 2
 # sparse q of 1024 slots 0.95x; point drafts 1.00x, greedy-only 1.02x, 4096 slots 1.01x, and
 # from 64 requests on within 1%: only the first two ask (plan_launch).
 _CARVEOUT = 100
+# Where no launch asks for a split, the finish runs each of its programs alone on a
+# multiprocessor once phase 1 drains, and in fewer registers: it asks for the 16 KB split
+# (7% of 228 KB: its own 8 KB and the 1 KB reserved fit once, two of its programs do not)
+# and is compiled to at most 128 registers a thread (ptx .maxnreg; 174-192 uncapped, no
+# spill at S = 64 or point drafts). Held to 128 registers without the split, two finish
+# programs shared a multiprocessor and ran ~3 µs slower at B4 and B16 (S = 64: +25% / +17%);
+# with it, B4 / B16 S = 64 0.968x / 0.981x, B64 S = 1024 0.949x, point drafts and dense q
+# within +-0.6% (v5 step 38, H100; bench/NOTES.md, thirty-eighth and thirty-ninth sessions).
+# Up to _FINISH_ALONE_BATCH requests (one finish program each): no more programs than the
+# H100's and H200's 132 multiprocessors.
+_FINISH_ALONE = 7
+_FINISH_ALONE_MAXNREG = 128
+_FINISH_ALONE_BATCH = 128
 
 
 def _prev_power_of_2(n: int) -> int:
@@ -203,7 +216,11 @@ class LaunchPlan:
     n slots, at support_warps warps, or finish_warps where 0), then the finish, which adds
     the tiles instead of reading all S slots itself. With ticket (and support_tile > 0), the
     support launch's last program of each request block to store its sums (an atomic
-    ticket) finishes that block itself, and there is no finish launch.
+    ticket) finishes that block itself, and there is no finish launch. Every launch asks
+    CUDA for carveout % of the multiprocessor's largest shared memory (-1: the driver's
+    choice), the finish launch for finish_carveout where that is not -1. With
+    finish_maxnreg = n > 0, the finish launch compiles to at most n registers a thread (ptx
+    .maxnreg; ignored by the interpreter). Both move time, never the bits.
     """
 
     block_b: int
@@ -222,6 +239,8 @@ class LaunchPlan:
     support_warps: int = 0  # warps of chain_support_kernel (0: finish_warps)
     ticket: bool = False  # split support: its last program per request block finishes it
     carveout: int = -1  # shared memory every launch asks for, % of the most (-1: driver's)
+    finish_carveout: int = -1  # the finish launch's instead, where not -1
+    finish_maxnreg: int = 0  # registers a thread of the finish launch may hold (0: ptxas's)
 
 
 def slot_axis(support: int) -> int:
@@ -323,6 +342,8 @@ def plan_launch(
     # before they wait: dense q's rescan and finish, and the support launch of a split
     # support that is not wide, below 16 requests (8-warp phase-1 programs: _CARVEOUT).
     one_split = batch < _LARGE_BATCH and (dense or (split_support and not wide))
+    # Elsewhere, up to one finish program a multiprocessor: each alone, in fewer registers.
+    finish_alone = not one_split and not ticket and batch <= _FINISH_ALONE_BATCH
     return LaunchPlan(
         1,
         block_v,
@@ -345,6 +366,8 @@ def plan_launch(
         support_warps=support_warps,
         ticket=ticket,
         carveout=_CARVEOUT if one_split else -1,
+        finish_carveout=_FINISH_ALONE if finish_alone else -1,
+        finish_maxnreg=_FINISH_ALONE_MAXNREG if finish_alone else 0,
     )
 
 
@@ -558,6 +581,10 @@ def verify_chain(
         raise ValueError(f"{plan}: support_tile must be 0 or a power of two")
     if not -1 <= plan.carveout <= 100:
         raise ValueError(f"{plan}: carveout must be -1 or a percentage from 0 to 100")
+    if not -1 <= plan.finish_carveout <= 100:
+        raise ValueError(f"{plan}: finish_carveout must be -1 or a percentage from 0 to 100")
+    if plan.finish_maxnreg and not 24 <= plan.finish_maxnreg <= 255:
+        raise ValueError(f"{plan}: finish_maxnreg must be 0 or a register count from 24 to 255")
     if plan.support_warps not in (0, 1, 2, 4, 8, 16, 32):
         raise ValueError(f"{plan}: support_warps must be 0 or a power of two from 1 to 32")
     blocks = triton.cdiv(batch, plan.block_b)
@@ -689,17 +716,23 @@ def verify_chain(
             **{**launch2, "num_warps": plan.support_warps or plan.finish_warps},
         )
     if not ticket:
+        # its own compiled kernel for its own carveout (launch_constants) and register cap
+        finish = (
+            plan if plan.finish_carveout == -1 else replace(plan, carveout=plan.finish_carveout)
+        )
+        if plan.finish_maxnreg:
+            launch2 = {**launch2, "maxnreg": plan.finish_maxnreg}
         _launch(
             _chain_finish_kernel,
             (blocks,),
-            plan,
+            finish,
             *phase2,
             tokens,
             accepted,
             status,
             *split,
             float(den),
-            **phase2_meta,
+            **{**phase2_meta, "CARVEOUT": finish.carveout},
             **launch2,
         )
     return ChainResult(tokens, accepted, status)

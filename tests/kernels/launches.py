@@ -9,16 +9,20 @@ from typing import Any
 
 
 class RecordingLaunch:
-    """Launches the wrapped kernel and keeps the positional arguments of its last launch."""
+    """Launches the wrapped kernel and keeps the positional arguments, the keywords and what
+    the launch returned (on a GPU, the compiled kernel) of its last launch."""
 
     def __init__(self, kernel: Any) -> None:
         self.kernel = kernel
         self.args: tuple[Any, ...] = ()
+        self.meta: dict[str, Any] = {}
+        self.launched: Any = None
 
     def __getitem__(self, grid: Any) -> Any:
-        def launch(*args: Any, **meta: Any) -> None:
-            self.args = args
-            self.kernel[grid](*args, **meta)
+        def launch(*args: Any, **meta: Any) -> Any:
+            self.args, self.meta = args, meta
+            self.launched = self.kernel[grid](*args, **meta)
+            return self.launched
 
         return launch
 

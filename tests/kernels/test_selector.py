@@ -1209,6 +1209,22 @@ def test_carveout_must_be_a_percentage(carveout: int) -> None:
         _kernel(args, plan=plan)
 
 
+def test_finish_carveout_and_register_cap_leave_the_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """plan.finish_carveout and plan.finish_maxnreg (v5 step 38) reach the finish launch
+    (its CARVEOUT constexpr, Triton's maxnreg option) and change no output: placement only."""
+    args = _make(batch=5, drafts=3, vocab=300, seed=41, support=9)
+    plan = plan_launch(5, 4, 300, interpreter=True, support=9)
+    assert (plan.finish_carveout, plan.finish_maxnreg) == (-1, 0)
+    finish = RecordingLaunch(selector_module._chain_finish_kernel)
+    monkeypatch.setattr(selector_module, "_chain_finish_kernel", finish)
+    plain = _kernel(args, plan=plan)
+    assert "maxnreg" not in finish.meta and finish.meta["CARVEOUT"] == -1
+    alone = _kernel(args, plan=replace(plan, finish_carveout=7, finish_maxnreg=128))
+    assert finish.meta["maxnreg"] == 128 and finish.meta["CARVEOUT"] == 7
+    _assert_same(alone, plain, args)
+    _assert_same(alone, _reference(args), args)
+
+
 # --------------------------------------------------------------------------------------
 # Philox counter layout
 # --------------------------------------------------------------------------------------
@@ -1741,6 +1757,8 @@ def test_plan_launch_choices_are_pinned(shape: tuple[int, int, int, bool]) -> No
     batch, rows, vocab, interpreter = shape
     plan = plan_launch(batch, rows, vocab, interpreter=interpreter)
     pinned = LaunchPlan(*PINNED_PLANS[shape])
+    if pinned.overlap and batch <= 128:  # the finish alone, in 128 registers (v5 step 38)
+        pinned = replace(pinned, finish_carveout=7, finish_maxnreg=128)
     # point drafts (support 1, not dense) leave every launch's carveout to the driver
     assert plan == pinned and plan.carveout == -1
 

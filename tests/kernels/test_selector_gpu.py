@@ -311,15 +311,19 @@ def test_every_launch_asks_for_the_plans_carveout(
     assert base.carveout == (100 if batch < 16 and q != "point" else -1)
     want = verify_chain(**args, validate=False, plan=replace(base, carveout=-1))
     handed: list[int] = []
+    handed_finish: list[int] = []
 
     def recording(launched: object, percent: int) -> None:
         function = getattr(launched, "function", None)
         if percent == 37 and isinstance(function, int) and function not in handed:
             handed.append(function)
+        if percent == 23 and isinstance(function, int) and function not in handed_finish:
+            handed_finish.append(function)
         carveout_module.prefer_carveout(launched, percent)
 
     monkeypatch.setattr(selector_module, "prefer_carveout", recording)
-    pinned = replace(base, carveout=37)
+    # every launch, the finish too (finish_carveout -1: the plan's carveout)
+    pinned = replace(base, carveout=37, finish_carveout=-1)
     _assert_alternating_calls_give([want], [args], pinned)
     asked = list(handed)
     assert len(asked) == launches
@@ -339,6 +343,37 @@ def test_every_launch_asks_for_the_plans_carveout(
     # so calls with it leave this plan's kernels (and graphs captured of them) at 37.
     _assert_alternating_calls_give([want], [args], replace(base, carveout=-1))
     assert reported() == [(0, 37)] * launches
+    # finish_carveout: the finish launch alone asks for it (a ticketed plan has none), the
+    # others for the carveout, in kernels of their own
+    _assert_alternating_calls_give([want], [args], replace(base, carveout=37, finish_carveout=23))
+    assert len(handed_finish) == (0 if base.ticket else 1)
+    assert all(carveout_module._asked[f] == 23 and f not in asked for f in handed_finish)
+    assert reported() == [(0, 37)] * launches
+
+
+@pytest.mark.parametrize(
+    ("batch", "q", "support"), [(4, "point", 1), (4, "sparse", 64), (64, "sparse", 64)]
+)
+def test_finish_alone_holds_128_registers_with_the_same_bits(
+    batch: int, q: str, support: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """v5 step 38: up to 128 requests the finish is planned alone on its multiprocessor (the
+    16 KB split) in at most 128 registers (ptx .maxnreg): the compiled finish reports no
+    more, spills nothing to local memory, and gives the uncapped finish's bits."""
+    args = _make_large(
+        batch=batch, drafts=5, vocab=VOCAB, seed=67 * batch, q=q, device=DEVICE, support=support
+    )
+    plan = plan_launch(batch, 6, VOCAB, interpreter=False, support=support)
+    assert (plan.finish_carveout, plan.finish_maxnreg) == (7, 128)
+    want = verify_chain(
+        **args, validate=False, plan=replace(plan, finish_carveout=-1, finish_maxnreg=0)
+    )
+    finish = RecordingLaunch(selector_module._chain_finish_kernel)
+    monkeypatch.setattr(selector_module, "_chain_finish_kernel", finish)
+    _assert_alternating_calls_give([want], [args], plan)
+    assert finish.meta["maxnreg"] == 128 and finish.meta["CARVEOUT"] == 7
+    assert 0 < finish.launched.n_regs <= 128
+    assert finish.launched.n_spills == 0
 
 
 def _assert_alternating_calls_give(

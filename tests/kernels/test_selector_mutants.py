@@ -184,6 +184,31 @@ def test_sparse_q_phase2_by_support_and_batch(batch: int, support: int) -> None:
     want = (0, 0) if not split else (256, 8) if small or wide else (128, 4)
     assert (plan.support_tile, plan.support_warps) == want
     assert plan.carveout == (100 if small and split and not wide else -1)
+    # the finish alone on its multiprocessor, in 128 registers, where no launch asks for a
+    # split and it launches at all (v5 step 38)
+    alone = plan.carveout == -1 and not plan.ticket
+    assert (plan.finish_carveout, plan.finish_maxnreg) == ((7, 128) if alone else (-1, 0))
+
+
+@pytest.mark.parametrize("batch", [1, 4, 15, 16, 64, 128, 129, 256, 1024])
+@pytest.mark.parametrize("q", ["point", "sparse64", "sparse1024", "sparse4096", "dense"])
+def test_finish_alone_up_to_128_requests_where_no_launch_asks_a_split(batch: int, q: str) -> None:
+    """v5 step 38: up to 128 requests (one finish program each, no more than the H100's and
+    H200's 132 multiprocessors) the finish asks for the 16 KB split (7%) and 128 registers,
+    unless the plan asks every launch for a split (dense q and 65-1024 slots below 16
+    requests) or has no finish launch (the ticket); small vocabularies and the interpreter
+    never."""
+    support = int(q.removeprefix("sparse")) if q.startswith("sparse") else 1
+    plan = plan_launch(batch, 6, 129_280, interpreter=False, support=support, dense=q == "dense")
+    asks = batch < 16 and (q == "dense" or q == "sparse1024")
+    alone = batch <= 128 and not asks and not (q == "sparse4096" and batch < 16)
+    assert plan.ticket == (batch < 16 and q in ("sparse1024", "sparse4096"))
+    assert (plan.finish_carveout, plan.finish_maxnreg) == ((7, 128) if alone else (-1, 0))
+    for other in (
+        plan_launch(batch, 6, 1000, interpreter=False, support=support, dense=q == "dense"),
+        plan_launch(batch, 6, 129_280, interpreter=True, support=support, dense=q == "dense"),
+    ):
+        assert (other.finish_carveout, other.finish_maxnreg) == (-1, 0)
 
 
 # ---- overlaps and reads_by_tma
@@ -399,6 +424,11 @@ _BASE = LaunchPlan(block_b=2, block_v=8, nsplit=2, chunk=32, num_warps=4)
         ({"support_tile": -4}, "support_tile must be 0 or a power of two"),
         ({"carveout": -2}, "carveout must be -1 or a percentage from 0 to 100"),
         ({"carveout": 101}, "carveout must be -1 or a percentage from 0 to 100"),
+        ({"finish_carveout": -2}, "finish_carveout must be -1 or a percentage from 0 to 100"),
+        ({"finish_carveout": 101}, "finish_carveout must be -1 or a percentage from 0 to 100"),
+        ({"finish_maxnreg": -1}, "finish_maxnreg must be 0 or a register count from 24 to 255"),
+        ({"finish_maxnreg": 23}, "finish_maxnreg must be 0 or a register count from 24 to 255"),
+        ({"finish_maxnreg": 256}, "finish_maxnreg must be 0 or a register count from 24 to 255"),
         ({"support_warps": 3}, "support_warps must be 0 or a power of two from 1 to 32"),
         ({"support_warps": 64}, "support_warps must be 0 or a power of two from 1 to 32"),
     ],
@@ -428,6 +458,8 @@ def test_bad_plans_are_refused_before_any_launch(
         *({"support_warps": w} for w in (0, 1, 2, 4, 8, 16, 32)),
         *({"support_tile": t} for t in (0, 1, 2, 128)),
         *({"carveout": c} for c in (-1, 0, 50, 100)),
+        *({"finish_carveout": c} for c in (-1, 0, 50, 100)),
+        *({"finish_maxnreg": n} for n in (0, 24, 255)),
     ],
     ids=str,
 )
@@ -582,6 +614,26 @@ def test_dense_q_rescans_into_fp64_chunk_masses(launches: dict[str, LaunchRecord
     assert masses is rescan.args["mass_ptr"]
     assert masses.shape == (3, 2) and masses.dtype == torch.float64
     assert finish.args["scratch_ptr"] is finish.args["part_sum_ptr"]
+
+
+@pytest.mark.parametrize("q", ["none", "sparse", "dense"])
+def test_only_the_finish_launch_takes_its_carveout_and_register_cap(
+    launches: dict[str, LaunchRecorder], q: str
+) -> None:
+    """finish_carveout and finish_maxnreg reach the finish launch alone (its CARVEOUT
+    constexpr and Triton's maxnreg option), the other launches keep the plan's carveout and
+    no cap; -1 and 0 leave the finish as the others."""
+    support = 300 if q == "sparse" else 1
+    base = replace(_BASE, support_tile=128 if q == "sparse" else 0, carveout=100)
+    _call(replace(base, finish_carveout=7, finish_maxnreg=128), q=q, support=support)
+    (finish,) = launches["finish"].launches
+    assert finish.meta["CARVEOUT"] == 7 and finish.meta["maxnreg"] == 128
+    others = [launch for name in _KERNELS[:-1] for launch in launches[name].launches]
+    assert len(others) == {"none": 1, "sparse": 3, "dense": 2}[q]
+    assert all(o.meta["CARVEOUT"] == 100 and "maxnreg" not in o.meta for o in others)
+    _call(base, q=q, support=support)
+    plain = launches["finish"].launches[-1]
+    assert plain.meta["CARVEOUT"] == 100 and "maxnreg" not in plain.meta
 
 
 @pytest.mark.parametrize("ticket", [False, True])

@@ -385,6 +385,8 @@ def test_each_case_names_the_selector_plan_it_was_timed_with() -> None:
         "support_warps": 0,
         "ticket": False,  # no split support: no ticketed finish (v5 step 28)
         "carveout": -1,  # point drafts: the driver splits shared memory (v5 step 33)
+        "finish_carveout": 7,  # the finish's programs one a multiprocessor (v5 step 38)
+        "finish_maxnreg": 128,  # in 128 registers (v5 step 38)
     }
     assert (large["block_v"], large["num_warps"], large["groups"]) == (128, 4, 4)
     assert large["tma"] is False and large["kind_order"] is False
