@@ -618,11 +618,14 @@ def test_dense_q_rescans_into_fp64_chunk_masses(launches: dict[str, LaunchRecord
 
 @pytest.mark.parametrize("q", ["none", "sparse", "dense"])
 def test_only_the_finish_launch_takes_its_carveout_and_register_cap(
-    launches: dict[str, LaunchRecorder], q: str
+    launches: dict[str, LaunchRecorder], q: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """finish_carveout and finish_maxnreg reach the finish launch alone (its CARVEOUT
-    constexpr and Triton's maxnreg option), the other launches keep the plan's carveout and
-    no cap; -1 and 0 leave the finish as the others."""
+    constexpr, the carveout CUDA is asked for after it, and Triton's maxnreg option), the
+    other launches keep the plan's carveout and no cap; -1 and 0 leave the finish as the
+    others."""
+    asked: list[int] = []
+    monkeypatch.setattr(selector_module, "prefer_carveout", lambda _k, p: asked.append(p))
     support = 300 if q == "sparse" else 1
     base = replace(_BASE, support_tile=128 if q == "sparse" else 0, carveout=100)
     _call(replace(base, finish_carveout=7, finish_maxnreg=128), q=q, support=support)
@@ -631,9 +634,12 @@ def test_only_the_finish_launch_takes_its_carveout_and_register_cap(
     others = [launch for name in _KERNELS[:-1] for launch in launches[name].launches]
     assert len(others) == {"none": 1, "sparse": 3, "dense": 2}[q]
     assert all(o.meta["CARVEOUT"] == 100 and "maxnreg" not in o.meta for o in others)
+    assert asked == [100] * len(others) + [7]  # the finish launches last
+    asked.clear()
     _call(base, q=q, support=support)
     plain = launches["finish"].launches[-1]
     assert plain.meta["CARVEOUT"] == 100 and "maxnreg" not in plain.meta
+    assert asked == [100] * (len(others) + 1)
 
 
 @pytest.mark.parametrize("ticket", [False, True])
