@@ -278,6 +278,11 @@ def worker(
         # TICKET: the counts and support launches' constexpr where the package has one
         # (bench/pending's v5 step 28: the support launch's last program finishes)
         support_const = {**finish_const, "TICKET": bool(getattr(plan, "ticket", False))}
+        # the finish's own carveout where the plan has one (step 38's finish_carveout)
+        own_carveout = int(getattr(plan, "finish_carveout", -1))
+        finish_launch = (
+            {**finish_const, "CARVEOUT": own_carveout} if own_carveout != -1 else finish_const
+        )
         dense = {"qdense_ptr": "*fp32", "mass_ptr": "*fp64"}
         other = {"qdense_ptr": "*bf16", "mass_ptr": "*fp32"}
         launches: list[tuple[str, Any, dict[str, int | bool], int, dict[str, str]]] = [
@@ -287,10 +292,7 @@ def worker(
             (
                 "finish",
                 chain.chain_finish_kernel,
-                # the finish's own carveout where the plan has one (step 38)
-                {**finish_const, "CARVEOUT": int(getattr(plan, "finish_carveout", -1))}
-                if int(getattr(plan, "finish_carveout", -1)) != -1
-                else finish_const,
+                finish_launch,
                 plan.finish_warps,
                 dense if q == "dense" else other,
             )
