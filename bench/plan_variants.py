@@ -36,6 +36,11 @@ every input set) must be the default's bit for bit, or the script fails. Variant
 - step 29's cases ("step29"): point drafts at B1, B4 and B16 (all T1, and every other
   request T0) with the finish at 4 and 16 warps; sparse q of S = 1024 and 4096 at B1 and
   B4 with the ticketed support program in tiles of 512 at 8 warps and of 256 and 512 at 16.
+- row tiles ("rows", point drafts at B1-B1024, all T1, all T0 and every other request
+  T0): phase 1 over one flat row a program (its tile [1, groups, 256]) or two (K = 5: a
+  request's six rows make three pairs, so no block holds both kinds and every block's
+  rows are consecutive, TMA-readable), without kind order, beside the plan's eight rows
+  (target 4: a mixed batch's blocks of both kinds run the mixed loop).
 
 A variant that leaves the default plan as it is (e.g. overlap where the plan overlaps
 already) is skipped, not timed twice.
@@ -127,6 +132,28 @@ _STEP29_TICKET: dict[str, dict[str, Any]] = {
     "tile 256 w16": {"support_tile": 256, "support_warps": 16},
     "tile 512 w16": {"support_tile": 512, "support_warps": 16},
 }
+# Phase 1's row tile (target 4): one or two flat rows a program, no kind order, steps of
+# 1024 to 4096 tokens a row (the plan's: eight rows of 2 x 256 or 4 x 128 tokens).
+_ROWS: dict[str, dict[str, Any]] = {
+    **{
+        f"rows1 g{groups}": {
+            "flat_rows": 1,
+            "block_v": 256,
+            "groups": groups,
+            "kind_order": False,
+        }
+        for groups in (4, 8, 16)
+    },
+    **{
+        f"rows2 g{groups}": {
+            "flat_rows": 2,
+            "block_v": 256,
+            "groups": groups,
+            "kind_order": False,
+        }
+        for groups in (4, 8)
+    },
+}
 # The interpreter's smoke: a split at tiles of 64 and 128 (its warps are ignored there).
 _CPU_SWEEP: dict[str, dict[str, Any]] = {
     f"tile {tile} w4": {"support_tile": tile, "support_warps": 4} for tile in (64, 128)
@@ -137,6 +164,7 @@ def cases(cpu: bool) -> list[tuple[str, int, str, str, dict[str, dict[str, Any]]
     """(name, batch, temperatures, q form, {variant: plan fields}) of every case."""
     if cpu:
         out = [(f"B4 {t} point", 4, t, "point", _POINT_B64) for t in ("T1", "T0", "mix")]
+        out += [(f"B4 rows {t} point", 4, t, "point", _ROWS) for t in ("T1", "mix")]
         return out + [("B4 sparse64", 4, "T1", "sparse64", _SPARSE | _CPU_SWEEP)]
     out = [(f"B64 {t} point", 64, t, "point", _POINT_B64) for t in ("T1", "T0", "mix")]
     out += [(f"B256 {t} point", 256, t, "point", _POINT_B256) for t in ("T1", "T0", "half", "mix")]
@@ -166,6 +194,11 @@ def cases(cpu: bool) -> list[tuple[str, int, str, str, dict[str, dict[str, Any]]
         (f"B{b} step29 sparse{s}", b, "T1", f"sparse{s}", _STEP29_TICKET)
         for b in (1, 4)
         for s in (1024, 4096)
+    ]
+    out += [
+        (f"B{b} rows {t} point", b, t, "point", _ROWS)
+        for b in (1, 4, 16, 64, 256, 1024)
+        for t in ("T1", "T0", "mix")
     ]
     return out
 
