@@ -16,6 +16,7 @@ instructions, block barriers (BAR.SYNC) and cp.async loads (LDGSTS). --finish-wa
 --finish-maxnreg N caps the finish launch's registers (Triton's maxnreg option, ptx .maxnreg;
 spills show what the cap costs), in place of the plan's own cap where it has one
 (LaunchPlan.finish_maxnreg, step 38; without the option it is compiled as launched);
+--plan FIELD=INT sets any other plan field (e.g. `--plan flat_rows=1 block_v=1024`);
 --tma 0 compiles phase 1 without a TMA descriptor where the plan asks for one (a package
 from step 12 on: phase 1's whole chunks as TMA boxes; the descriptor's type is what a
 contiguous bf16 call passes);
@@ -347,6 +348,13 @@ def main() -> int:
     parser.add_argument(
         "--finish-maxnreg", type=int, help="cap the finish launch's registers (ptx .maxnreg)"
     )
+    parser.add_argument(
+        "--plan",
+        nargs="+",
+        default=[],
+        metavar="FIELD=INT",
+        help="any other LaunchPlan field (an int; 0 / 1 for a bool field), e.g. flat_rows=1",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     overrides = {
@@ -361,6 +369,9 @@ def main() -> int:
         )
         if value is not None
     }
+    for item in args.plan:
+        field, _, value = item.partition("=")
+        overrides[field] = int(value)
     if args.worker:
         print(json.dumps(worker(args.only, overrides, args.barrier_lines, args.finish_maxnreg)))
         return 0
