@@ -300,7 +300,9 @@ def worker(
         )
         if q == "dense":
             rescan = chain.chain_rescan_kernel
-            launches.append(("rescan", rescan, finish_const, plan.finish_warps, dense))
+            # TICKET: dense q's rescan finishes where phase 1 arms its tickets (ARM_TICKET)
+            rescan_const = {**finish_const, "TICKET": bool(stats_const.get("ARM_TICKET", False))}
+            launches.append(("rescan", rescan, rescan_const, plan.finish_warps, dense))
         if q == "sparse" and int(getattr(plan, "support_tile", 0)):  # step 25's split support
             for phase in ("counts", "support"):
                 kernel = getattr(chain, f"chain_{phase}_kernel")

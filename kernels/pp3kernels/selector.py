@@ -119,6 +119,15 @@ _DRAW_TILE = 1024  # block_f: tokens per tile of the final draw (phase 2)
 # keep 2 groups, the faster there).
 _GROUPS = 2
 _GROUPS_LARGE_BATCH = 4
+# Below this many requests phase 1 tiles one flat row a program, [1, _GROUPS,
+# _ROW_TILE_LANES] at _NUM_WARPS warps (one 2048-token chunk a step): a call's few rows
+# then spread over (K+1) x NSPLIT programs instead of NSPLIT, which a latency-bound pass
+# wants (v5 step 40, bench/NOTES.md, forty-first session: B1 T1 -15.5%, T0 -11%; at B4
+# T0 lost 8%, from B16 on every variant lost). Tile rows of 1024 tokens keep each
+# thread's groups in its registers; with 256, Triton laid the warps along the groups and
+# every step's max over them crossed warps through shared memory (3.6-37x slower).
+_ROW_TILE_BATCH = 2
+_ROW_TILE_LANES = 1024
 _NUM_WARPS = 4  # interpreter and small-vocabulary plans (both phases)
 # Phase 2 (the rescan and finish launches) on the large-vocabulary plans (bench/NOTES.md,
 # "phase 2 by launch shape"): 8 warps (dense q at B4: 51 -> 32 us, B64: 122 -> 93; point
@@ -169,14 +178,16 @@ _MIN_SLOT_AXIS = 2
 # sparse q of 1024 slots 0.95x; point drafts 1.00x, greedy-only 1.02x, 4096 slots 1.01x, and
 # from 64 requests on within 1%: only the first two ask (plan_launch).
 _CARVEOUT = 100
-# Where no launch asks for a split, the finish runs each of its programs alone on a
-# multiprocessor once phase 1 drains, and in fewer registers: it asks for the 16 KB split
-# (7% of 228 KB: its own 8 KB and the 1 KB reserved fit once, two of its programs do not)
-# and is compiled to at most 128 registers a thread (ptx .maxnreg; 174-192 uncapped, no
-# spill at S = 64 or point drafts). Held to 128 registers without the split, two finish
-# programs shared a multiprocessor and ran ~3 µs slower at B4 and B16 (S = 64: +25% / +17%);
-# with it, B4 / B16 S = 64 0.968x / 0.981x, B64 S = 1024 0.949x, point drafts and dense q
-# within +-0.6% (v5 step 38, H100; bench/NOTES.md, thirty-eighth and thirty-ninth sessions).
+# Where no launch asks for a split, the finish asks for the 16 KB split (7% of 228 KB) and
+# is compiled to at most 128 registers a thread (ptx .maxnreg; 174-192 uncapped, no spill
+# at S = 64 or point drafts). A finish holding 8 KB of shared memory (sparse q's support
+# read before the wait) fits that split once with the 1 KB reserved, two do not, so each
+# runs alone on a multiprocessor once phase 1 drains; the 1 KB point-draft finish is not
+# held apart by it (two fit) and measured within +-0.6% either way.
+# Held to 128 registers without the split, two finish programs shared a multiprocessor
+# and ran ~3 µs slower at B4 and B16 (S = 64: +25% / +17%); with it, B4 / B16 S = 64
+# 0.968x / 0.981x, B64 S = 1024 0.949x, point drafts and dense q within +-0.6% (v5 step
+# 38, H100; bench/NOTES.md, thirty-eighth and thirty-ninth sessions).
 # Up to _FINISH_ALONE_BATCH requests (one finish program each): no more programs than the
 # H100's and H200's 132 multiprocessors.
 _FINISH_ALONE = 7
@@ -216,7 +227,9 @@ class LaunchPlan:
     n slots, at support_warps warps, or finish_warps where 0), then the finish, which adds
     the tiles instead of reading all S slots itself. With ticket (and support_tile > 0), the
     support launch's last program of each request block to store its sums (an atomic
-    ticket) finishes that block itself, and there is no finish launch. Every launch asks
+    ticket) finishes that block itself, and there is no finish launch; with ticket and
+    dense q, so does the rescan launch's last program of each request block to store its
+    chunk's mass (the ticket armed by phase 1). Every launch asks
     CUDA for carveout % of the multiprocessor's largest shared memory (-1: the driver's
     choice), the finish launch for finish_carveout where that is not -1. With
     finish_maxnreg = n > 0, the finish launch compiles to at most n registers a thread (ptx
@@ -237,7 +250,7 @@ class LaunchPlan:
     kind_order: bool = False  # phase 1 takes flat rows T1 first, T0 after, per flat_rows requests
     support_tile: int = 0  # sparse q: slots per chain_support_kernel program (0: none)
     support_warps: int = 0  # warps of chain_support_kernel (0: finish_warps)
-    ticket: bool = False  # split support: its last program per request block finishes it
+    ticket: bool = False  # split support or dense q's rescan: its last program finishes
     carveout: int = -1  # shared memory every launch asks for, % of the most (-1: driver's)
     finish_carveout: int = -1  # the finish launch's instead, where not -1
     finish_maxnreg: int = 0  # registers a thread of the finish launch may hold (0: ptxas's)
@@ -281,9 +294,10 @@ def plan_launch(
     support and splits (each program instance costs a second
     or more; numpy on a big tile is cheap). Small
     vocabularies on a GPU: one request per program, one split (row tiles of many requests hit
-    a scan-lowering assertion in Triton 3.6 on sm_90). Large vocabularies on a GPU: one request
-    per program (all its rows in one tile) and many vocabulary splits per request, so that
-    B * splits programs keep enough loads in flight to cover memory latency.
+    a scan-lowering assertion in Triton 3.6 on sm_90). Large vocabularies on a GPU: phase 1
+    tiles R = next_power_of_2(K+1) consecutive flat rows a program (one row where a single
+    request is verified), phase 2 one request a program, and many vocabulary splits per
+    request, so that the programs keep enough loads in flight to cover memory latency.
     """
     r = triton.next_power_of_2(rows)
     if interpreter:
@@ -312,6 +326,9 @@ def plan_launch(
     else:
         tile, warps, groups = _TILE_ELEMENTS, _NUM_WARPS_SMALL_BATCH, _GROUPS
     block_v = max(_MIN_BLOCK_V, tile // r)
+    flat_rows = r
+    if batch < _ROW_TILE_BATCH:
+        flat_rows, block_v, groups, warps = 1, _ROW_TILE_LANES, _GROUPS, _NUM_WARPS
     shortest = _LONG_CHUNK if batch >= _LONG_CHUNK_BATCH else _CHUNK
     chunk = max(shortest, triton.cdiv(triton.cdiv(vocab, _MAX_SPLITS), _DRAW_TILE) * _DRAW_TILE)
     nsplit = triton.cdiv(vocab, chunk)
@@ -331,7 +348,7 @@ def plan_launch(
     # A wide support splits its membership over programs (steps 25-26); below _TICKET_BATCH
     # requests its last program per request block finishes it (step 28).
     split_support = slots >= SPLIT_SUPPORT_SLOTS
-    ticket = split_support and batch < _TICKET_BATCH
+    ticket = (split_support or dense) and batch < _TICKET_BATCH
     if not split_support:
         support_tile, support_warps = 0, 0
     elif ticket or wide:
@@ -351,7 +368,7 @@ def plan_launch(
         chunk,
         warps,
         block_f,
-        flat_rows=r,
+        flat_rows=flat_rows,
         groups=groups,
         finish_warps=finish_warps,
         overlap=True,
@@ -451,6 +468,7 @@ def launch_constants(
         "OVERLAP": overlap,
         "TMA": tma,
         "KIND_ORDER": bool(plan.flat_rows) and plan.kind_order,
+        "ARM_TICKET": q_mode == Q_DENSE and plan.ticket,
         "CARVEOUT": plan.carveout,
     }
     phase2: dict[str, int | bool] = {
@@ -631,7 +649,14 @@ def verify_chain(
         sums = torch.empty((2, batch, tiles, plan.nsplit), dtype=torch.float64, device=device)
         support_sums = (sums[0], sums[1])
     else:
-        counted = (partials[2], partials[3], partials[2])
+        # Dense q with plan.ticket: the rescan's ticket per request block, which phase 1
+        # arms (ARM_TICKET); otherwise a placeholder, never read.
+        rescan_ticket = (
+            torch.empty((blocks,), dtype=torch.int32, device=device)
+            if stats_meta["ARM_TICKET"]
+            else partials[2]
+        )
+        counted = (partials[2], partials[3], rescan_ticket)
         support_sums = (partials[1], partials[1])
 
     if plan.flat_rows:
@@ -646,6 +671,7 @@ def verify_chain(
         *logits.stride(),
         temperature,
         *partials,
+        counted[2],
         *split,
         tma_descriptor(plan, logits) if tma else None,
         **stats_meta,
@@ -683,12 +709,16 @@ def verify_chain(
             (blocks, plan.nsplit),
             plan,
             *phase2,
+            tokens,
+            accepted,
+            status,
             *split,
             float(den),
             **phase2_meta,
+            TICKET=bool(stats_meta["ARM_TICKET"]),
             **launch2,
         )
-    ticket = bool(tiles) and k > 0 and plan.ticket
+    ticket = (bool(tiles) and k > 0 and plan.ticket) or bool(stats_meta["ARM_TICKET"])
     if tiles and k > 0:  # (no draft row: nothing to count, no stop row rejects a draft)
         _launch(
             _chain_counts_kernel,

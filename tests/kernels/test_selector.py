@@ -565,6 +565,30 @@ def test_ticket_plan_finishes_in_the_support_launch_with_the_same_bits(support_t
     assert int((args["temperature"] == 0).sum()) not in (0, 6)
 
 
+@pytest.mark.parametrize(
+    ("batch", "block_b", "flat_rows"),
+    [(6, 1, 0), (5, 2, 0), (19, 1, 8)],
+    ids=["six-blocks", "blocks-of-2", "flat-19-blocks"],
+)
+def test_dense_ticket_plan_finishes_in_the_rescan_launch_with_the_same_bits(
+    batch: int, block_b: int, flat_rows: int
+) -> None:
+    """plan.ticket with dense q: no finish launch; the rescan launch's last program of each
+    request block (an atomic ticket that phase 1 arms, ARM_TICKET) finishes it. Mixed T0 /
+    T1 requests over five chunks: the same bits as the finish launch and the reference,
+    twice in a row (phase 1 re-arms the tickets every call; 19 requests arm two rounds of
+    16), and a ticket left dirty by an earlier call does not leak into the next."""
+    args = _make(batch=batch, drafts=3, vocab=2000, seed=13 + batch, q="dense", greedy_share=0.3)
+    plan = replace(_split_plan(nsplit=5, chunk_tiles=50), block_b=block_b, flat_rows=flat_rows)
+    finished = _kernel(args, plan=plan)
+    for _ in range(2):
+        ticketed = _kernel(args, plan=replace(plan, ticket=True))
+        _assert_same(ticketed, finished, args)
+    _assert_same(ticketed, _reference(args), args)
+    assert int(((ticketed.accepted < 3) & (args["temperature"] > 0)).sum()) > 0
+    assert int((args["temperature"] == 0).sum()) not in (0, batch)
+
+
 def test_split_plan_repeated_calls_give_the_same_bits() -> None:
     """Two calls with the split plan (no state kept between launches) give the same bits."""
     args = _split_sparse_case()
@@ -1450,6 +1474,33 @@ def test_gpu_large_batch_plan_agrees_with_reference(q: str, support: int) -> Non
     assert int((got.accepted < 5).sum()) > 0  # some request drew from a residual
 
 
+@pytest.mark.parametrize(("q", "support"), [("point", 1), ("sparse", 64), ("dense", 1)], ids=str)
+@pytest.mark.parametrize("greedy", [False, True], ids=["T1", "T0"])
+def test_gpu_single_request_plan_agrees_with_reference(q: str, support: int, greedy: bool) -> None:
+    """The GPU's plan for one request (v5 step 40: phase 1 over one flat row a program, in
+    [1, 2, 1024] tiles at 4 warps; 2048-token chunks, the last one 4 tokens), run in the
+    interpreter with K = 5, T1 and T0: same bits as the reference and as a plan of eight
+    flat rows in [8, 2, 256] tiles (the plan of two to fifteen requests)."""
+    vocab = 4100
+    args = _make(
+        batch=1,
+        drafts=5,
+        vocab=vocab,
+        seed=support + 43 + greedy,
+        q=q,
+        support=support,
+        greedy_share=1.0 if greedy else 0.0,
+    )
+    plan = plan_launch(1, 6, vocab, interpreter=False, support=support, dense=q == "dense")
+    assert (plan.flat_rows, plan.block_v, plan.groups, plan.num_warps) == (1, 1024, 2, 4)
+    assert (plan.chunk, plan.nsplit) == (2048, 3)
+    got = _kernel(args, plan=plan)
+    _assert_same(got, _reference(args), args)
+    eight = plan_launch(2, 6, vocab, interpreter=False, support=support, dense=q == "dense")
+    assert (eight.flat_rows, eight.block_v) == (8, 256)
+    _assert_same(got, _kernel(args, plan=eight), args)
+
+
 @pytest.mark.parametrize(("support", "warps"), [(1, 8), (64, 8), (1024, 8), (1025, 16), (4096, 16)])
 def test_phase2_warps_grow_with_a_wide_support(support: int, warps: int) -> None:
     """The large-vocabulary plans run phase 2 at 8 warps, and at 16 once sparse q's padded
@@ -1495,7 +1546,8 @@ def test_launches_overlap_on_the_large_vocabulary_gpu_plans_only() -> None:
             else:
                 assert (plan.support_tile, plan.support_warps) == (128, 4), (support, plan)
         assert plan_launch(batch, 6, 129_280, interpreter=False, dense=True).support_tile == 0
-        assert not plan_launch(batch, 6, 129_280, interpreter=False, dense=True).ticket
+        # dense q below 16 requests: the rescan's last program finishes (v5 step 39)
+        assert plan_launch(batch, 6, 129_280, interpreter=False, dense=True).ticket == (batch < 16)
     assert plan_launch(4, 6, 1000, interpreter=False, support=4096).support_tile == 0
     assert plan_launch(4, 6, 129_280, interpreter=True, support=4096).support_tile == 0
     assert not plan_launch(4, 6, 1000, interpreter=False, support=4096).ticket
@@ -1532,7 +1584,8 @@ def test_launch_constants_name_every_compile_time_argument(
 
     assert set(stats) == constexprs(chain_kernels.chain_stats_kernel)
     assert set(phase2) == constexprs(chain_kernels.chain_finish_kernel)
-    assert set(phase2) == constexprs(chain_kernels.chain_rescan_kernel)
+    # the rescan's TICKET, like the counts and support launches', is verify_chain's own
+    assert set(phase2) | {"TICKET"} == constexprs(chain_kernels.chain_rescan_kernel)
     assert stats["OVERLAP"] is overlap and phase2["OVERLAP"] is overlap
     assert (stats["K"], stats["R"], stats["BLOCK_R"], stats["FLAT"]) == (5, 8, 8, True)
     assert (phase2["S"], phase2["Q_MODE"], phase2["NSPLIT_P2"]) == (support, q_mode, 64)
@@ -1724,7 +1777,9 @@ def test_interpreter_plan_respects_tritons_tile_limit(
 # that a refactor of plan_launch cannot change them unnoticed.
 # Values: LaunchPlan's fields in order, ints then bools (so Any: no one element type fits).
 PINNED_PLANS: dict[tuple[int, int, int, bool], tuple[Any, ...]] = {
-    (1, 6, 129_280, False): (1, 256, 64, 2048, 8, 2048, 8, 2, 8, True, False),
+    (1, 6, 129_280, False): (1, 1024, 64, 2048, 4, 2048, 1, 2, 8, True, False),
+    (1, 2, 129_280, False): (1, 1024, 64, 2048, 4, 2048, 1, 2, 8, True, False),
+    (2, 6, 129_280, False): (1, 256, 64, 2048, 8, 2048, 8, 2, 8, True, False),
     (64, 6, 129_280, False): (1, 128, 32, 4096, 4, 4096, 8, 4, 8, True, False),
     (16, 6, 129_280, False): (1, 128, 64, 2048, 4, 2048, 8, 4, 8, True, False),
     (256, 6, 129_280, False): (1, 128, 32, 4096, 4, 1024, 8, 4, 8, True, True, True),

@@ -202,7 +202,7 @@ def test_finish_alone_up_to_128_requests_where_no_launch_asks_a_split(batch: int
     plan = plan_launch(batch, 6, 129_280, interpreter=False, support=support, dense=q == "dense")
     asks = batch < 16 and (q == "dense" or q == "sparse1024")
     alone = batch <= 128 and not asks and not (q == "sparse4096" and batch < 16)
-    assert plan.ticket == (batch < 16 and q in ("sparse1024", "sparse4096"))
+    assert plan.ticket == (batch < 16 and q in ("sparse1024", "sparse4096", "dense"))
     assert (plan.finish_carveout, plan.finish_maxnreg) == ((7, 128) if alone else (-1, 0))
     for other in (
         plan_launch(batch, 6, 1000, interpreter=False, support=support, dense=q == "dense"),
@@ -333,8 +333,15 @@ def test_launch_constants_of_a_row_tiled_plan() -> None:
     shape = {"K": 2, "R": 4, "BLOCK_B": 4}
     assert stats == {
         **shape, "BLOCK_V": 16, "BLOCK_R": 16, "FLAT": False, "GROUPS": 2, "OVERLAP": True,
-        "TMA": False, "KIND_ORDER": False, "CARVEOUT": 7,
+        "TMA": False, "KIND_ORDER": False, "ARM_TICKET": False, "CARVEOUT": 7,
     }  # fmt: skip
+    # phase 1 arms dense q's rescan tickets where the plan has them (v5 step 39), no others
+    assert launch_constants(replace(plan, ticket=True), 3, Q_DENSE, 1, overlap=True)[0][
+        "ARM_TICKET"
+    ]
+    assert not launch_constants(replace(plan, ticket=True), 3, Q_SPARSE, 1, overlap=True)[0][
+        "ARM_TICKET"
+    ]
     assert phase2 == {
         **shape, "S": 1, "S_P2": 2, "Q_MODE": Q_DENSE, "NSPLIT_P2": 8, "BLOCK_F": 16,
         "OVERLAP": True, "SUPPORT_TILE": 0, "CARVEOUT": 7,

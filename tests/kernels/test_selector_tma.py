@@ -47,7 +47,7 @@ class _DescriptorSeen:
 
     def __getitem__(self, grid: Any) -> Any:
         def launch(*args: Any, **meta: Any) -> None:
-            self.descriptors.append(args[13])  # logits_desc: after (B, V, CHUNK, NSPLIT)
+            self.descriptors.append(args[14])  # logits_desc: after (ticket, B, V, CHUNK, NSPLIT)
             self.kernel[grid](*args, **meta)
 
         return launch

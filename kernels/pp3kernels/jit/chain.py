@@ -498,6 +498,7 @@ def chain_stats_kernel(
     part_sum_ptr,
     part_arg_ptr,
     part_flag_ptr,
+    ticket_ptr,
     B,
     V,
     CHUNK: tl.constexpr,
@@ -513,6 +514,7 @@ def chain_stats_kernel(
     OVERLAP: tl.constexpr,
     TMA: tl.constexpr,
     KIND_ORDER: tl.constexpr,
+    ARM_TICKET: tl.constexpr,
     CARVEOUT: tl.constexpr,  # not read: see pp3kernels.carveout
 ):
     """Phase 1: per-row partial statistics of one vocabulary chunk for a block of rows.
@@ -540,6 +542,11 @@ def chain_stats_kernel(
     OVERLAP (sm_90+, with the phase-2 launch made with programmatic dependent launch): every
     program lets that launch start at once, so that its programs read their inputs while
     this grid runs; they wait for this grid before reading the partials.
+
+    ARM_TICKET (dense q with LaunchPlan.ticket): the programs of chunk 0 set the ticket of
+    each phase-2 request block their rows belong to (int32 at ``ticket_ptr`` + b // BLOCK_B)
+    to 0 for this call; ``chain_rescan_kernel``'s programs take it only after their wait
+    for this grid.
     """
     if OVERLAP:
         # The phase-2 launch may start now: its programs read their inputs, then wait
@@ -565,6 +572,9 @@ def chain_stats_kernel(
         row = offs_r % R
         mask_r = (req < B) & (row <= K)
     req64 = req.to(tl.int64)
+    if ARM_TICKET:
+        if pid_s == 0:  # every request's rows meet chunk 0 in some program
+            tl.store(ticket_ptr + req // BLOCK_B, 0, mask=mask_r)
     # (A kind-ordered block reads its rows' temperatures again, an L1 hit off the path to
     # its first loads. Taking them from _kind_ordered_rows instead cost the TMA program 16
     # registers, 80 -> 96, statically.)
@@ -1787,6 +1797,9 @@ def chain_rescan_kernel(
     ticket_ptr,
     sup_e_ptr,
     sup_r_ptr,
+    tokens_ptr,
+    accepted_ptr,
+    status_ptr,
     B,
     V,
     CHUNK: tl.constexpr,
@@ -1802,6 +1815,7 @@ def chain_rescan_kernel(
     BLOCK_F: tl.constexpr,
     OVERLAP: tl.constexpr,
     SUPPORT_TILE: tl.constexpr,
+    TICKET: tl.constexpr,
     CARVEOUT: tl.constexpr,  # not read: see pp3kernels.carveout
 ):
     """Phase 2a, dense q (grid: request blocks x vocabulary splits): the exact residual
@@ -1812,6 +1826,13 @@ def chain_rescan_kernel(
     draft rows are small) and walks its one chunk with ``_chunk_walk``, the same per-tile
     sums that the draw in that chunk uses; the NSPLIT chunks of a row are walked in
     parallel instead of one after another in the finish program.
+
+    With TICKET there is no finish launch: after storing its mass each program takes a
+    ticket of its request block (an atomic counter that ``chain_stats_kernel`` sets to 0
+    each call, ARM_TICKET), and the one that draws NSPLIT - 1, the last to arrive, runs the
+    finish's step 3 and outputs (``_finish_requests``) for the block, as
+    ``chain_support_kernel`` does for a split support; the acquire-release atomic makes
+    every other program's stored masses visible to it.
     """
     if OVERLAP:
         gdc_launch_dependents()  # the finish launch may start; it waits before reading
@@ -1823,7 +1844,7 @@ def chain_rescan_kernel(
     offs_b, mask_b, is_t1, inv_tau, seed, position = _requests(
         pid_b, B, temp_ptr, seed_ptr, pos_ptr, BLOCK_B
     )
-    status, stop_row, _d, _n, walk, stop_max, stop_sum, _f, _a, _pm, _ps, slots = _chain_stop(
+    chain = _chain_stop(
         logits,
         (draft_ptr, stride_db, stride_dk),
         q_sparse,
@@ -1851,6 +1872,7 @@ def chain_rescan_kernel(
         tl.arange(0, 2),
         False,
     )
+    _s, stop_row, _d, _n, walk, stop_max, stop_sum, _f, _a, _pm, _ps, slots = chain
     if tl.max(walk.to(tl.int32), axis=0) > 0:
         row, q = _stop_views(
             logits,
@@ -1883,6 +1905,42 @@ def chain_rescan_kernel(
             False,
         )
         tl.store(mass_ptr + offs_b.to(tl.int64) * NSPLIT + pid_s, total, mask=walk)
+    if TICKET:
+        # The last program of this request block finishes it (no finish launch), as in
+        # chain_support_kernel: a block barrier, one gpu-scope release-acquire ticket; the
+        # finish reads the masses past L1.
+        tl.debug_barrier()
+        arrived = tl.atomic_add(ticket_ptr + pid_b, 1, sem="acq_rel", scope="gpu")
+        if arrived == tl.num_programs(1) - 1:
+            _finish_requests(
+                logits,
+                q_sparse,
+                q_dense,
+                offs_b,
+                mask_b,
+                is_t1,
+                inv_tau,
+                seed,
+                position,
+                chain,
+                scratch_ptr,
+                mass_ptr,
+                (sup_e_ptr, sup_r_ptr),
+                (tokens_ptr, accepted_ptr, status_ptr),
+                V,
+                CHUNK,
+                NSPLIT,
+                denominator_f,
+                K,
+                R,
+                S,
+                S_P2,
+                Q_MODE,
+                NSPLIT_P2,
+                BLOCK_B,
+                BLOCK_F,
+                SUPPORT_TILE,
+            )
 
 
 @triton.jit(do_not_specialize=["NSPLIT"])
@@ -2374,7 +2432,8 @@ def _finish_requests(
     """Phase 2, step 3 and the outputs for the requests ``offs_b``, from ``chain`` (what
     ``_chain_stop`` returned for them): the stop row's draw, then tokens, accepted and
     status (``outputs``: their pointers). The finish kernel runs it, and with TICKET the
-    support launch's last program of each request block (``chain_support_kernel``)."""
+    last program of each request block of the support launch (``chain_support_kernel``) or
+    of dense q's rescan launch (``chain_rescan_kernel``)."""
     (
         status,
         stop_row,
@@ -2457,7 +2516,10 @@ def _finish_requests(
             # mass was walked by chain_rescan_kernel.
             walked = resid[:, None] & split_ok[None, :]
             walked_mass = tl.load(
-                mass_ptr + offs_b64[:, None] * NSPLIT + splits[None, :], mask=walked, other=0.0
+                mass_ptr + offs_b64[:, None] * NSPLIT + splits[None, :],
+                mask=walked,
+                other=0.0,
+                cache_modifier=".cg",  # stored by other programs of a ticketed rescan
             )
             mass = tl.where(walked, walked_mass, full_mass)
         pick, inner, resid = _pick_chunk(
