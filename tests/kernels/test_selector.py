@@ -53,6 +53,7 @@ from pp3kernels.selector import (
     launch_constants,
     overlaps,
     plan_launch,
+    reads_by_tma,
     slot_axis,
     verify_chain,
 )
@@ -1494,6 +1495,9 @@ def test_gpu_single_request_plan_agrees_with_reference(q: str, support: int, gre
     plan = plan_launch(1, 6, vocab, interpreter=False, support=support, dense=q == "dense")
     assert (plan.flat_rows, plan.block_v, plan.groups, plan.num_warps) == (1, 1024, 2, 4)
     assert (plan.chunk, plan.nsplit) == (2048, 3)
+    # a TMA box row is at most 256 tokens wide: this tile is read through pointer loads
+    assert not reads_by_tma(replace(plan, tma=True), args["logits"])
+    assert reads_by_tma(replace(plan, tma=True, block_v=256), args["logits"])
     got = _kernel(args, plan=plan)
     _assert_same(got, _reference(args), args)
     eight = plan_launch(2, 6, vocab, interpreter=False, support=support, dense=q == "dense")
