@@ -36,6 +36,10 @@ every input set) must be the default's bit for bit, or the script fails. Variant
 - step 29's cases ("step29"): point drafts at B1, B4 and B16 (all T1, and every other
   request T0) with the finish at 4 and 16 warps; sparse q of S = 1024 and 4096 at B1 and
   B4 with the ticketed support program in tiles of 512 at 8 warps and of 256 and 512 at 16.
+- small row tiles ("small rows", point drafts at B1-B4, all T1, all T0 and every other
+  request T0), after step 40: one or two rows of 1024 or 512 tokens at 4 warps, the
+  eight-row tile, and at one request 1024-token chunks (the splits and the draw's tile
+  follow a variant's chunk);
 - row tiles ("rows", point drafts at B1-B1024, all T1, all T0 and every other request
   T0): phase 1 over one flat row a program (its tile [1, groups, 1024 or 2048]) or two
   (K = 5: a request's six rows make three pairs, so no block holds both kinds), without
@@ -154,6 +158,22 @@ _ROWS: dict[str, dict[str, Any]] = {
         (2, 1024, 2, 8),
     )
 }
+# After step 40 (one request: one row a program in [1, 2, 1024] tiles at 4 warps): between
+# one request and four, one or two rows of 1024 or 512 tokens at 4 warps, the eight-row
+# tile (the plan of two requests and more), and at one request 1024-token chunks (twice
+# the programs again; the draw's tile and the finish's partials follow the chunk).
+_ROWS_SMALL: dict[str, dict[str, Any]] = {
+    "r1 v1024 g2 w4": _ROWS["r1 v1024 g2 w4"],
+    "r2 v1024 g2 w4": {**_ROWS["r2 v1024 g2 w8"], "num_warps": 4},
+    "r2 v512 g4 w4": {**_ROWS["r2 v1024 g2 w8"], "block_v": 512, "groups": 4, "num_warps": 4},
+    "r8 v256 g2 w8": {"flat_rows": 8, "block_v": 256, "groups": 2, "num_warps": 8},
+    "r1 c1024 v512 g2 w2": {
+        **_ROWS["r1 v1024 g2 w4"],
+        "chunk": 1024,
+        "block_v": 512,
+        "num_warps": 2,
+    },
+}
 # The interpreter's smoke: a split at tiles of 64 and 128 (its warps are ignored there).
 _CPU_SWEEP: dict[str, dict[str, Any]] = {
     f"tile {tile} w4": {"support_tile": tile, "support_warps": 4} for tile in (64, 128)
@@ -165,6 +185,7 @@ def cases(cpu: bool) -> list[tuple[str, int, str, str, dict[str, dict[str, Any]]
     if cpu:
         out = [(f"B4 {t} point", 4, t, "point", _POINT_B64) for t in ("T1", "T0", "mix")]
         out += [(f"B4 rows {t} point", 4, t, "point", _ROWS) for t in ("T1", "mix")]
+        out += [(f"B{b} small rows T1 point", b, "T1", "point", _ROWS_SMALL) for b in (1, 3)]
         return out + [("B4 sparse64", 4, "T1", "sparse64", _SPARSE | _CPU_SWEEP)]
     out = [(f"B64 {t} point", 64, t, "point", _POINT_B64) for t in ("T1", "T0", "mix")]
     out += [(f"B256 {t} point", 256, t, "point", _POINT_B256) for t in ("T1", "T0", "half", "mix")]
@@ -200,6 +221,11 @@ def cases(cpu: bool) -> list[tuple[str, int, str, str, dict[str, dict[str, Any]]
         for b in (1, 4, 16, 64, 256, 1024)
         for t in ("T1", "T0", "mix")
     ]
+    out += [
+        (f"B{b} small rows {t} point", b, t, "point", _ROWS_SMALL)
+        for b in (1, 2, 3, 4)
+        for t in ("T1", "T0", "mix")
+    ]
     return out
 
 
@@ -228,6 +254,10 @@ def main() -> int:
             if any(field not in LaunchPlan.__dataclass_fields__ for field in fields):
                 continue  # a field this package's plans do not have (e.g. step 28's ticket)
             plan = dataclasses.replace(default, **fields)
+            if plan.chunk != default.chunk:  # the splits, and the draw's tile, follow the chunk
+                tile = plan.chunk if default.block_f == default.chunk else default.block_f
+                nsplit = -(-vocab // plan.chunk)
+                plan = dataclasses.replace(plan, nsplit=nsplit, block_f=min(tile, plan.chunk))
             if plan.chunk % plan.block_v:
                 continue  # a tile row wider than the case's chunk (the interpreter's V)
             if plan not in plans.values():
