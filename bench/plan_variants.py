@@ -142,8 +142,12 @@ _STEP29_TICKET: dict[str, dict[str, Any]] = {
 # step (bench/compile_sm90.py: 8 KB, 12 barriers at B64): 3.6-37x slower. Tile rows of
 # 1024 or 2048 tokens keep the groups in each thread's registers (16-32 bytes of shared
 # memory); no TMA, whose boxes are at most 256 tokens wide.
-_ROWS: dict[str, dict[str, Any]] = {
-    f"r{rows} v{lanes} g{groups} w{warps}": {
+
+
+def _row_tile(rows: int, lanes: int, groups: int, warps: int) -> dict[str, Any]:
+    """Plan fields of phase 1's [rows, groups, lanes] tile at ``warps`` warps, in flat rows
+    without kind order or TMA (a box row is at most 256 tokens)."""
+    return {
         "flat_rows": rows,
         "block_v": lanes,
         "groups": groups,
@@ -151,6 +155,10 @@ _ROWS: dict[str, dict[str, Any]] = {
         "kind_order": False,
         "tma": False,
     }
+
+
+_ROWS: dict[str, dict[str, Any]] = {
+    f"r{rows} v{lanes} g{groups} w{warps}": _row_tile(rows, lanes, groups, warps)
     for rows, lanes, groups, warps in (
         (1, 1024, 2, 4),
         (1, 1024, 4, 4),
@@ -163,16 +171,16 @@ _ROWS: dict[str, dict[str, Any]] = {
 # tile (the plan of two requests and more), and at one request 1024-token chunks (twice
 # the programs again; the draw's tile and the finish's partials follow the chunk).
 _ROWS_SMALL: dict[str, dict[str, Any]] = {
-    "r1 v1024 g2 w4": _ROWS["r1 v1024 g2 w4"],
-    "r2 v1024 g2 w4": {**_ROWS["r2 v1024 g2 w8"], "num_warps": 4},
-    "r2 v512 g4 w4": {**_ROWS["r2 v1024 g2 w8"], "block_v": 512, "groups": 4, "num_warps": 4},
-    "r8 v256 g2 w8": {"flat_rows": 8, "block_v": 256, "groups": 2, "num_warps": 8},
-    "r1 c1024 v512 g2 w2": {
-        **_ROWS["r1 v1024 g2 w4"],
-        "chunk": 1024,
-        "block_v": 512,
-        "num_warps": 2,
+    **{
+        f"r{rows} v{lanes} g{groups} w{warps}": _row_tile(rows, lanes, groups, warps)
+        for rows, lanes, groups, warps in (
+            (1, 1024, 2, 4),
+            (2, 1024, 2, 4),
+            (2, 512, 4, 4),
+            (8, 256, 2, 8),
+        )
     },
+    "r1 c1024 v512 g2 w2": {**_row_tile(1, 512, 2, 2), "chunk": 1024},
 }
 # The interpreter's smoke: a split at tiles of 64 and 128 (its warps are ignored there).
 _CPU_SWEEP: dict[str, dict[str, Any]] = {
