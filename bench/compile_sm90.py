@@ -44,6 +44,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -249,9 +250,15 @@ def worker(
     from dataclasses import replace
 
     import pp3kernels
+    from pp3kernels import selector
     from pp3kernels.jit import chain
     from pp3kernels.jit.launch import Q_DENSE, Q_SPARSE
     from pp3kernels.selector import LaunchPlan, launch_constants, plan_launch
+
+    # the finish launch's plan (selector.finish_launch_plan) where the package has one
+    finish_plan_of: Callable[[LaunchPlan], LaunchPlan] = getattr(
+        selector, "finish_launch_plan", lambda plan: plan
+    )
 
     unknown = sorted(set(overrides) - set(LaunchPlan.__dataclass_fields__))
     if unknown:  # e.g. --stages on a tree without bench/pending/v5-step7-phase1-stages.patch
@@ -279,11 +286,13 @@ def worker(
         # TICKET: the counts and support launches' constexpr where the package has one
         # (bench/pending's v5 step 28: the support launch's last program finishes)
         support_const = {**finish_const, "TICKET": bool(getattr(plan, "ticket", False))}
-        # the finish's own carveout where the plan has one (step 38's finish_carveout)
-        own_carveout = int(getattr(plan, "finish_carveout", -1))
-        finish_launch = (
-            {**finish_const, "CARVEOUT": own_carveout} if own_carveout != -1 else finish_const
-        )
+        # the constants verify_chain gives the separate finish launch: its own carveout
+        # where the plan has one (finish_launch_plan). No kernel reads CARVEOUT, so a
+        # package without the function (before v5 step 41) compiles to the same code.
+        finish_launch = {
+            **finish_const,
+            "CARVEOUT": finish_plan_of(plan).carveout,
+        }
         dense = {"qdense_ptr": "*fp32", "mass_ptr": "*fp64"}
         other = {"qdense_ptr": "*bf16", "mass_ptr": "*fp32"}
         launches: list[tuple[str, Any, dict[str, int | bool], int, dict[str, str]]] = [

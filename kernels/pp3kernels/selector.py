@@ -485,6 +485,16 @@ def launch_constants(
     return stats, phase2
 
 
+def finish_launch_plan(plan: LaunchPlan) -> LaunchPlan:
+    """The plan the separate finish launch runs under: ``plan`` with its carveout replaced by
+    ``plan.finish_carveout`` where that is not -1 (so the finish is its own compiled kernel,
+    asking for its own carveout). verify_chain launches with it; bench/compile_sm90.py
+    compiles with it."""
+    if plan.finish_carveout == -1:
+        return plan
+    return replace(plan, carveout=plan.finish_carveout)
+
+
 def _launch(
     kernel: Launchable, grid: tuple[int, ...], plan: LaunchPlan, *args: object, **meta: object
 ) -> None:
@@ -747,9 +757,7 @@ def verify_chain(
         )
     if not ticket:
         # its own compiled kernel for its own carveout (launch_constants) and register cap
-        finish = (
-            plan if plan.finish_carveout == -1 else replace(plan, carveout=plan.finish_carveout)
-        )
+        finish = finish_launch_plan(plan)
         if plan.finish_maxnreg:
             launch2 = {**launch2, "maxnreg": plan.finish_maxnreg}
         _launch(
@@ -770,6 +778,7 @@ def verify_chain(
 
 __all__ = [
     "LaunchPlan",
+    "finish_launch_plan",
     "launch_constants",
     "overlaps",
     "plan_launch",

@@ -1760,6 +1760,18 @@ def _stop_views(
     return row, q
 
 
+@triton.jit
+def _last_to_arrive(ticket_ptr, block):
+    """Whether this program is the last of request block ``block`` to get here: a block
+    barrier (every thread's stores issued), then one gpu-scope release-acquire increment of
+    the block's ticket (an int32 counter armed to 0 for this call), the pattern of CUTLASS's
+    semaphore. The last arriver (count = programs along grid axis 1, less one) sees every
+    other program's stores, read past L1."""
+    tl.debug_barrier()
+    arrived = tl.atomic_add(ticket_ptr + block, 1, sem="acq_rel", scope="gpu")
+    return arrived == tl.num_programs(1) - 1
+
+
 # --------------------------------------------------------------------------------------
 # The kernels of phase 2
 # --------------------------------------------------------------------------------------
@@ -1906,12 +1918,9 @@ def chain_rescan_kernel(
         )
         tl.store(mass_ptr + offs_b.to(tl.int64) * NSPLIT + pid_s, total, mask=walk)
     if TICKET:
-        # The last program of this request block finishes it (no finish launch), as in
-        # chain_support_kernel: a block barrier, one gpu-scope release-acquire ticket; the
+        # The last program of this request block finishes it (no finish launch); the
         # finish reads the masses past L1.
-        tl.debug_barrier()
-        arrived = tl.atomic_add(ticket_ptr + pid_b, 1, sem="acq_rel", scope="gpu")
-        if arrived == tl.num_programs(1) - 1:
+        if _last_to_arrive(ticket_ptr, pid_b):
             _finish_requests(
                 logits,
                 q_sparse,
@@ -2193,13 +2202,9 @@ def chain_support_kernel(
         tl.store(sup_e_ptr + idx, sup_e, mask=ok)
         tl.store(sup_r_ptr + idx, sup_r, mask=ok)
     if TICKET:
-        # The last program of this request block to get here finishes it (no finish launch):
-        # every program's sums stored, then one release-acquire ticket per program (the
-        # pattern of CUTLASS's semaphore: a block barrier, then one thread's gpu-scope
-        # release); the finish reads the tiles past L1 (_summed_support_tiles).
-        tl.debug_barrier()
-        arrived = tl.atomic_add(ticket_ptr + pid_b, 1, sem="acq_rel", scope="gpu")
-        if arrived == tl.num_programs(1) - 1:
+        # The last program of this request block to get here finishes it (no finish
+        # launch); the finish reads the tiles past L1 (_summed_support_tiles).
+        if _last_to_arrive(ticket_ptr, pid_b):
             _finish_requests(
                 logits,
                 q_sparse,
