@@ -40,6 +40,8 @@ every input set) must be the default's bit for bit, or the script fails. Variant
   request T0), after step 40: one or two rows of 1024 or 512 tokens at 4 warps, the
   eight-row tile, and at one request 1024-token chunks (the splits and the draw's tile
   follow a variant's chunk);
+- mid row tiles ("mid rows", point drafts at B2-B64, all T1, all T0 and every other request
+  T0): two rows of [2, 4, 512] at 4 or 8 warps, four at 8, one at 2 (after the small rows);
 - row tiles ("rows", point drafts at B1-B1024, all T1, all T0 and every other request
   T0): phase 1 over one flat row a program (its tile [1, groups, 1024 or 2048]) or two
   (K = 5: a request's six rows make three pairs, so no block holds both kinds), without
@@ -182,6 +184,17 @@ _ROWS_SMALL: dict[str, dict[str, Any]] = {
     },
     "r1 c1024 v512 g2 w2": {**_row_tile(1, 512, 2, 2), "chunk": 1024},
 }
+# After the forty-second session's first call ([2, 4, 512] at 4 warps won at B2-B4): that
+# tile and its neighbours from two requests to sixty-four.
+_ROWS_MID: dict[str, dict[str, Any]] = {
+    f"r{rows} v{lanes} g{groups} w{warps}": _row_tile(rows, lanes, groups, warps)
+    for rows, lanes, groups, warps in (
+        (2, 512, 4, 4),
+        (2, 512, 4, 8),
+        (4, 512, 4, 8),
+        (1, 512, 4, 2),
+    )
+}
 # The interpreter's smoke: a split at tiles of 64 and 128 (its warps are ignored there).
 _CPU_SWEEP: dict[str, dict[str, Any]] = {
     f"tile {tile} w4": {"support_tile": tile, "support_warps": 4} for tile in (64, 128)
@@ -232,6 +245,11 @@ def cases(cpu: bool) -> list[tuple[str, int, str, str, dict[str, dict[str, Any]]
     out += [
         (f"B{b} small rows {t} point", b, t, "point", _ROWS_SMALL)
         for b in (1, 2, 3, 4)
+        for t in ("T1", "T0", "mix")
+    ]
+    out += [
+        (f"B{b} mid rows {t} point", b, t, "point", _ROWS_MID)
+        for b in (2, 4, 8, 16, 32, 64)
         for t in ("T1", "T0", "mix")
     ]
     return out

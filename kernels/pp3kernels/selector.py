@@ -128,6 +128,13 @@ _GROUPS_LARGE_BATCH = 4
 # every step's max over them crossed warps through shared memory (3.6-37x slower).
 _ROW_TILE_BATCH = 2
 _ROW_TILE_LANES = 1024
+# From _ROW_TILE_BATCH requests up to _PAIR_TILE_BATCH, two flat rows a program, [2,
+# _GROUPS_LARGE_BATCH, _PAIR_TILE_LANES] at _NUM_WARPS warps: a quarter of the eight-row
+# tile's rows, so four times its programs (v5 step 41, bench/NOTES.md, forty-second
+# session: B2 T1 0.91, mixed 0.87; B4 T1 0.92, mixed 0.89, T0 within +-1%; at B8 T0 lost
+# 2.5%, from B16 on every case lost or tied).
+_PAIR_TILE_BATCH = 5
+_PAIR_TILE_LANES = 512
 _NUM_WARPS = 4  # interpreter and small-vocabulary plans (both phases)
 # Phase 2 (the rescan and finish launches) on the large-vocabulary plans (bench/NOTES.md,
 # "phase 2 by launch shape"): 8 warps (dense q at B4: 51 -> 32 us, B64: 122 -> 93; point
@@ -329,6 +336,8 @@ def plan_launch(
     flat_rows = r
     if batch < _ROW_TILE_BATCH:
         flat_rows, block_v, groups, warps = 1, _ROW_TILE_LANES, _GROUPS, _NUM_WARPS
+    elif batch < _PAIR_TILE_BATCH:
+        flat_rows, block_v, groups, warps = 2, _PAIR_TILE_LANES, _GROUPS_LARGE_BATCH, _NUM_WARPS
     shortest = _LONG_CHUNK if batch >= _LONG_CHUNK_BATCH else _CHUNK
     chunk = max(shortest, triton.cdiv(triton.cdiv(vocab, _MAX_SPLITS), _DRAW_TILE) * _DRAW_TILE)
     nsplit = triton.cdiv(vocab, chunk)

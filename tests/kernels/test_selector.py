@@ -1476,31 +1476,46 @@ def test_gpu_large_batch_plan_agrees_with_reference(q: str, support: int) -> Non
 
 
 @pytest.mark.parametrize(("q", "support"), [("point", 1), ("sparse", 64), ("dense", 1)], ids=str)
-@pytest.mark.parametrize("greedy", [False, True], ids=["T1", "T0"])
-def test_gpu_single_request_plan_agrees_with_reference(q: str, support: int, greedy: bool) -> None:
-    """The GPU's plan for one request (v5 step 40: phase 1 over one flat row a program, in
-    [1, 2, 1024] tiles at 4 warps; 2048-token chunks, the last one 4 tokens), run in the
-    interpreter with K = 5, T1 and T0: same bits as the reference and as a plan of eight
-    flat rows in [8, 2, 256] tiles (the plan of two to fifteen requests)."""
+@pytest.mark.parametrize(
+    ("batch", "greedy", "tile"),
+    [
+        (1, 0.0, (1, 1024, 2, 4)),
+        (1, 1.0, (1, 1024, 2, 4)),
+        (3, 0.0, (2, 512, 4, 4)),
+        (3, 1.0, (2, 512, 4, 4)),
+        (3, 0.5, (2, 512, 4, 4)),  # two T0 requests of three
+    ],
+    ids=["B1-T1", "B1-T0", "B3-T1", "B3-T0", "B3-mixed"],
+)
+def test_gpu_small_batch_row_tiles_agree_with_reference(
+    q: str, support: int, batch: int, greedy: float, tile: tuple[int, int, int, int]
+) -> None:
+    """The GPU's plans below five requests, run in the interpreter with K = 5 (2048-token
+    chunks, the last one 4 tokens): one request's phase 1 over one flat row a program in
+    [1, 2, 1024] tiles at 4 warps (v5 step 40), three requests' over two flat rows in [2, 4,
+    512] tiles (step 41; 18 rows make 9 pairs, and a mixed batch's pairs hold both kinds
+    where a T0 request's rows meet a T1 one's). T1, T0 and mixed: the same bits as the
+    reference and as a plan of eight flat rows in [8, 2, 256] tiles (the plan of five to
+    fifteen requests)."""
     vocab = 4100
     args = _make(
-        batch=1,
+        batch=batch,
         drafts=5,
         vocab=vocab,
-        seed=support + 43 + greedy,
+        seed=support + 43 + int(4 * greedy) + 7 * batch,
         q=q,
         support=support,
-        greedy_share=1.0 if greedy else 0.0,
+        greedy_share=greedy,
     )
-    plan = plan_launch(1, 6, vocab, interpreter=False, support=support, dense=q == "dense")
-    assert (plan.flat_rows, plan.block_v, plan.groups, plan.num_warps) == (1, 1024, 2, 4)
+    plan = plan_launch(batch, 6, vocab, interpreter=False, support=support, dense=q == "dense")
+    assert (plan.flat_rows, plan.block_v, plan.groups, plan.num_warps) == tile
     assert (plan.chunk, plan.nsplit) == (2048, 3)
-    # a TMA box row is at most 256 tokens wide: this tile is read through pointer loads
+    # a TMA box row is at most 256 tokens wide: these tiles are read through pointer loads
     assert not reads_by_tma(replace(plan, tma=True), args["logits"])
     assert reads_by_tma(replace(plan, tma=True, block_v=256), args["logits"])
     got = _kernel(args, plan=plan)
     _assert_same(got, _reference(args), args)
-    eight = plan_launch(2, 6, vocab, interpreter=False, support=support, dense=q == "dense")
+    eight = plan_launch(5, 6, vocab, interpreter=False, support=support, dense=q == "dense")
     assert (eight.flat_rows, eight.block_v) == (8, 256)
     _assert_same(got, _kernel(args, plan=eight), args)
 

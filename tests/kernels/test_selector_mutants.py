@@ -134,7 +134,37 @@ def test_small_vocabularies_end_at_1024_tokens() -> None:
     assert small.flat_rows == 0 and not small.overlap
     assert plan_launch(4, 6, 16, interpreter=False).block_v == 16
     assert plan_launch(4, 6, 17, interpreter=False).block_v == 32
-    assert plan_launch(4, 6, 1025, interpreter=False).flat_rows == 8
+    assert plan_launch(8, 6, 1025, interpreter=False).flat_rows == 8
+
+
+@pytest.mark.parametrize(
+    ("batch", "tile"),
+    [
+        (1, (1, 2, 1024, 4)),
+        (2, (2, 4, 512, 4)),
+        (3, (2, 4, 512, 4)),
+        (4, (2, 4, 512, 4)),
+        (5, (8, 2, 256, 8)),
+        (15, (8, 2, 256, 8)),
+    ],
+)
+@pytest.mark.parametrize("rows", [5, 6])
+def test_small_batches_tile_one_or_two_flat_rows(
+    batch: int, tile: tuple[int, int, int, int], rows: int
+) -> None:
+    """V = 129280, K = 4 and 5, below 16 requests: one request reads one flat row a program
+    in [1, 2, 1024] tiles at 4 warps (v5 step 40), two to four two flat rows in [2, 4, 512]
+    tiles at 4 warps (step 41; both one step a chunk), five to fifteen eight in [8, 2, 256]
+    at 8 (four steps); 2048-token chunks, pointer loads, no kind order, whatever the q
+    form."""
+    for q in ("point", "sparse64", "sparse4096", "dense"):
+        support = int(q.removeprefix("sparse")) if q.startswith("sparse") else 1
+        plan = plan_launch(
+            batch, rows, 129_280, interpreter=False, support=support, dense=q == "dense"
+        )
+        assert (plan.flat_rows, plan.groups, plan.block_v, plan.num_warps) == tile, q
+        assert plan.chunk == 2048 and plan.chunk % (plan.groups * plan.block_v) == 0, q
+        assert not plan.tma and not plan.kind_order, q
 
 
 @pytest.mark.parametrize("batch", [15, 16, 63, 64, 255, 256])
