@@ -159,42 +159,24 @@ def _row_tile(rows: int, lanes: int, groups: int, warps: int) -> dict[str, Any]:
     }
 
 
-_ROWS: dict[str, dict[str, Any]] = {
-    f"r{rows} v{lanes} g{groups} w{warps}": _row_tile(rows, lanes, groups, warps)
-    for rows, lanes, groups, warps in (
-        (1, 1024, 2, 4),
-        (1, 1024, 4, 4),
-        (1, 2048, 2, 8),
-        (2, 1024, 2, 8),
-    )
-}
+def _row_tiles(*shapes: tuple[int, int, int, int]) -> dict[str, dict[str, Any]]:
+    """One variant per (rows, lanes, groups, warps), named "r{rows} v{lanes} g{groups}
+    w{warps}" (``_row_tile``)."""
+    return {f"r{r} v{v} g{g} w{w}": _row_tile(r, v, g, w) for r, v, g, w in shapes}
+
+
+_ROWS = _row_tiles((1, 1024, 2, 4), (1, 1024, 4, 4), (1, 2048, 2, 8), (2, 1024, 2, 8))
 # After step 40 (one request: one row a program in [1, 2, 1024] tiles at 4 warps): between
 # one request and four, one or two rows of 1024 or 512 tokens at 4 warps, the eight-row
 # tile (the plan of two requests and more), and at one request 1024-token chunks (twice
 # the programs again; the draw's tile and the finish's partials follow the chunk).
-_ROWS_SMALL: dict[str, dict[str, Any]] = {
-    **{
-        f"r{rows} v{lanes} g{groups} w{warps}": _row_tile(rows, lanes, groups, warps)
-        for rows, lanes, groups, warps in (
-            (1, 1024, 2, 4),
-            (2, 1024, 2, 4),
-            (2, 512, 4, 4),
-            (8, 256, 2, 8),
-        )
-    },
+_ROWS_SMALL = {
+    **_row_tiles((1, 1024, 2, 4), (2, 1024, 2, 4), (2, 512, 4, 4), (8, 256, 2, 8)),
     "r1 c1024 v512 g2 w2": {**_row_tile(1, 512, 2, 2), "chunk": 1024},
 }
 # After the forty-second session's first call ([2, 4, 512] at 4 warps won at B2-B4): that
 # tile and its neighbours from two requests to sixty-four.
-_ROWS_MID: dict[str, dict[str, Any]] = {
-    f"r{rows} v{lanes} g{groups} w{warps}": _row_tile(rows, lanes, groups, warps)
-    for rows, lanes, groups, warps in (
-        (2, 512, 4, 4),
-        (2, 512, 4, 8),
-        (4, 512, 4, 8),
-        (1, 512, 4, 2),
-    )
-}
+_ROWS_MID = _row_tiles((2, 512, 4, 4), (2, 512, 4, 8), (4, 512, 4, 8), (1, 512, 4, 2))
 # The interpreter's smoke: a split at tiles of 64 and 128 (its warps are ignored there).
 _CPU_SWEEP: dict[str, dict[str, Any]] = {
     f"tile {tile} w4": {"support_tile": tile, "support_warps": 4} for tile in (64, 128)
