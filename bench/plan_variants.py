@@ -40,6 +40,9 @@ every input set) must be the default's bit for bit, or the script fails. Variant
   request T0), after step 40: one or two rows of 1024 or 512 tokens at 4 warps, the
   eight-row tile, and at one request 1024-token chunks (the splits and the draw's tile
   follow a variant's chunk);
+- after step 41 ("after41"): at B4 (sparse q of S = 64, 1024 and 4096, dense q) the
+  eight-row and one-row tiles beside the plan's two rows; at B5-B8 (point drafts, all T1,
+  all T0, every other request T0) the two-row tile beside the plan's eight;
 - mid row tiles ("mid rows", point drafts at B2-B64, all T1, all T0 and every other request
   T0): two rows of [2, 4, 512] at 4 or 8 warps, four at 8, one at 2 (after the small rows);
 - row tiles ("rows", point drafts at B1-B1024, all T1, all T0 and every other request
@@ -177,6 +180,12 @@ _ROWS_SMALL = {
 # After the forty-second session's first call ([2, 4, 512] at 4 warps won at B2-B4): that
 # tile and its neighbours from two requests to sixty-four.
 _ROWS_MID = _row_tiles((2, 512, 4, 4), (2, 512, 4, 8), (4, 512, 4, 8), (1, 512, 4, 2))
+# After step 41 (two to four requests: [2, 4, 512] at 4 warps): the eight-row and one-row
+# tiles beside it where the A/B saw it lose (B4 S = 4096, its ticketed support launch at
+# 16 warps) and for the other q forms; and the two-row tile at five to eight requests,
+# where the plan keeps eight rows (B5-B7 not measured, B8 T0 +2.5%).
+_AFTER41_Q = _row_tiles((8, 256, 2, 8), (1, 1024, 2, 4))
+_AFTER41_POINT = _row_tiles((2, 512, 4, 4))
 # The interpreter's smoke: a split at tiles of 64 and 128 (its warps are ignored there).
 _CPU_SWEEP: dict[str, dict[str, Any]] = {
     f"tile {tile} w4": {"support_tile": tile, "support_warps": 4} for tile in (64, 128)
@@ -232,6 +241,15 @@ def cases(cpu: bool) -> list[tuple[str, int, str, str, dict[str, dict[str, Any]]
     out += [
         (f"B{b} mid rows {t} point", b, t, "point", _ROWS_MID)
         for b in (2, 4, 8, 16, 32, 64)
+        for t in ("T1", "T0", "mix")
+    ]
+    out += [
+        (f"B4 after41 {q}", 4, "T1", q, _AFTER41_Q)
+        for q in ("sparse64", "sparse1024", "sparse4096", "dense")
+    ]
+    out += [
+        (f"B{b} after41 {t} point", b, t, "point", _AFTER41_POINT)
+        for b in (5, 6, 7, 8)
         for t in ("T1", "T0", "mix")
     ]
     return out
