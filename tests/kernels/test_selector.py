@@ -1520,6 +1520,30 @@ def test_gpu_small_batch_row_tiles_agree_with_reference(
     _assert_same(got, _kernel(args, plan=eight), args)
 
 
+@pytest.mark.parametrize(("q", "support"), [("point", 1), ("sparse", 64)], ids=str)
+@pytest.mark.parametrize("batch", [1, 3], ids=["B1", "B3"])
+def test_row_tiles_cover_a_chunk_of_one_and_a_half_steps(q: str, support: int, batch: int) -> None:
+    """Past 256 x 2048 tokens the chunk grows in whole 1024-token draw tiles (V = 600000:
+    3072), which the 2048-token steps of the one- and two-row tiles do not divide: a chunk's
+    second step reads its last 1024 tokens and masks the next chunk's. Here V = 7000 in
+    chunks of 3072 (the last one 856 tokens), B1 under [1, 2, 1024] and B3 (mixed) under
+    [2, 4, 512], in the interpreter: the same bits as the reference and as the eight-row
+    tile's 512-token steps, which divide the chunk."""
+    vocab = 7000
+    args = _make(
+        batch=batch, drafts=5, vocab=vocab, seed=batch + support, q=q, support=support,
+        greedy_share=0.5,
+    )  # fmt: skip
+    chunked = {"chunk": 3072, "nsplit": 3, "block_f": 1024}
+    plan = replace(plan_launch(batch, 6, vocab, interpreter=False, support=support), **chunked)
+    assert plan.chunk % (plan.groups * plan.block_v) == 1024
+    got = _kernel(args, plan=plan)
+    _assert_same(got, _reference(args), args)
+    eight = replace(plan_launch(5, 6, vocab, interpreter=False, support=support), **chunked)
+    assert eight.flat_rows == 8 and eight.chunk % (eight.groups * eight.block_v) == 0
+    _assert_same(got, _kernel(args, plan=eight), args)
+
+
 @pytest.mark.parametrize(("support", "warps"), [(1, 8), (64, 8), (1024, 8), (1025, 16), (4096, 16)])
 def test_phase2_warps_grow_with_a_wide_support(support: int, warps: int) -> None:
     """The large-vocabulary plans run phase 2 at 8 warps, and at 16 once sparse q's padded
@@ -1798,7 +1822,8 @@ def test_interpreter_plan_respects_tritons_tile_limit(
 PINNED_PLANS: dict[tuple[int, int, int, bool], tuple[Any, ...]] = {
     (1, 6, 129_280, False): (1, 1024, 64, 2048, 4, 2048, 1, 2, 8, True, False),
     (1, 2, 129_280, False): (1, 1024, 64, 2048, 4, 2048, 1, 2, 8, True, False),
-    (2, 6, 129_280, False): (1, 256, 64, 2048, 8, 2048, 8, 2, 8, True, False),
+    (2, 6, 129_280, False): (1, 512, 64, 2048, 4, 2048, 2, 4, 8, True, False),
+    (5, 6, 129_280, False): (1, 256, 64, 2048, 8, 2048, 8, 2, 8, True, False),
     (64, 6, 129_280, False): (1, 128, 32, 4096, 4, 4096, 8, 4, 8, True, False),
     (16, 6, 129_280, False): (1, 128, 64, 2048, 4, 2048, 8, 4, 8, True, False),
     (256, 6, 129_280, False): (1, 128, 32, 4096, 4, 1024, 8, 4, 8, True, True, True),
@@ -1806,15 +1831,19 @@ PINNED_PLANS: dict[tuple[int, int, int, bool], tuple[Any, ...]] = {
     (1024, 6, 600_000, False): (1, 128, 147, 4096, 4, 1024, 8, 4, 8, True, True, True),
     (1024, 6, 2_000_000, False): (1, 128, 245, 8192, 4, 1024, 8, 4, 8, True, True, True),
     (15, 6, 129_280, False): (1, 256, 64, 2048, 8, 2048, 8, 2, 8, True, False),
-    (4, 2, 129_280, False): (1, 1024, 64, 2048, 8, 2048, 2, 2, 8, True, False),
-    (4, 1, 129_280, False): (1, 2048, 64, 2048, 8, 2048, 1, 2, 8, True, False),
-    (4, 33, 129_280, False): (1, 64, 64, 2048, 8, 2048, 64, 2, 8, True, False),
+    (4, 2, 129_280, False): (1, 512, 64, 2048, 4, 2048, 2, 4, 8, True, False),
+    (8, 2, 129_280, False): (1, 1024, 64, 2048, 8, 2048, 2, 2, 8, True, False),
+    (4, 1, 129_280, False): (1, 512, 64, 2048, 4, 2048, 2, 4, 8, True, False),
+    (8, 1, 129_280, False): (1, 2048, 64, 2048, 8, 2048, 1, 2, 8, True, False),
+    (4, 33, 129_280, False): (1, 512, 64, 2048, 4, 2048, 2, 4, 8, True, False),
+    (8, 33, 129_280, False): (1, 64, 64, 2048, 8, 2048, 64, 2, 8, True, False),
     (4, 6, 1000, False): (1, 1024, 1, 1024, 4, 1024),
     (4, 6, 5, False): (1, 16, 1, 16, 4, 16),
     (4, 6, 300, False): (1, 512, 1, 512, 4, 512),
-    (4, 6, 1025, False): (1, 256, 1, 2048, 8, 2048, 8, 2, 8, True, False),
-    (4, 6, 600_000, False): (1, 256, 196, 3072, 8, 1024, 8, 2, 8, True, False),
-    (4, 6, 2_000_000, False): (1, 256, 245, 8192, 8, 1024, 8, 2, 8, True, False),
+    (4, 6, 1025, False): (1, 512, 1, 2048, 4, 2048, 2, 4, 8, True, False),
+    (4, 6, 600_000, False): (1, 512, 196, 3072, 4, 1024, 2, 4, 8, True, False),
+    (8, 6, 600_000, False): (1, 256, 196, 3072, 8, 1024, 8, 2, 8, True, False),
+    (4, 6, 2_000_000, False): (1, 512, 245, 8192, 4, 1024, 2, 4, 8, True, False),
     (1, 1, 1, True): (1, 1, 1, 1, 4, 1),
     (20_000, 3, 6, True): (8192, 8, 1, 8, 4, 8),
     (128, 3, 1000, True): (128, 1024, 1, 1024, 4, 1024),

@@ -370,13 +370,13 @@ def test_each_case_names_the_selector_plan_it_was_timed_with() -> None:
     large = probe.selector_plan(probe_cases.ProbeCase(64, 5, 129280, "bf16", "sparse", 0, 64))
     assert small == {
         "block_b": 1,
-        "block_v": 256,
+        "block_v": 512,  # two to four requests: [2, 4, 512] tiles at 4 warps (v5 step 41)
         "nsplit": 64,
         "chunk": 2048,
-        "num_warps": 8,
+        "num_warps": 4,
         "block_f": 2048,
-        "flat_rows": 8,
-        "groups": 2,
+        "flat_rows": 2,
+        "groups": 4,
         "finish_warps": 8,
         "overlap": True,
         "tma": False,
