@@ -1534,12 +1534,15 @@ def test_row_tiles_cover_a_chunk_of_one_and_a_half_steps(q: str, support: int, b
         batch=batch, drafts=5, vocab=vocab, seed=batch + support, q=q, support=support,
         greedy_share=0.5,
     )  # fmt: skip
-    chunked = {"chunk": 3072, "nsplit": 3, "block_f": 1024}
-    plan = replace(plan_launch(batch, 6, vocab, interpreter=False, support=support), **chunked)
+
+    def chunked(plan: LaunchPlan) -> LaunchPlan:
+        return replace(plan, chunk=3072, nsplit=3, block_f=1024)
+
+    plan = chunked(plan_launch(batch, 6, vocab, interpreter=False, support=support))
     assert plan.chunk % (plan.groups * plan.block_v) == 1024
     got = _kernel(args, plan=plan)
     _assert_same(got, _reference(args), args)
-    eight = replace(plan_launch(5, 6, vocab, interpreter=False, support=support), **chunked)
+    eight = chunked(plan_launch(5, 6, vocab, interpreter=False, support=support))
     assert eight.flat_rows == 8 and eight.chunk % (eight.groups * eight.block_v) == 0
     _assert_same(got, _kernel(args, plan=eight), args)
 
