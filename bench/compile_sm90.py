@@ -382,7 +382,10 @@ def main() -> int:
     }
     for item in args.plan:
         field, _, value = item.partition("=")
-        overrides[field] = int(value)
+        try:
+            overrides[field] = int(value)
+        except ValueError:
+            parser.error(f"--plan {item!r}: expected FIELD=INT, e.g. flat_rows=1")
     if args.worker:
         print(json.dumps(worker(args.only, overrides, args.barrier_lines, args.finish_maxnreg)))
         return 0
