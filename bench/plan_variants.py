@@ -40,9 +40,12 @@ every input set) must be the default's bit for bit, or the script fails. Variant
   request T0), after step 40: one or two rows of 1024 or 512 tokens at 4 warps, the
   eight-row tile, and at one request 1024-token chunks (the splits and the draw's tile
   follow a variant's chunk);
-- after step 41 ("after41"): at B4 (sparse q of S = 64, 1024 and 4096, dense q) the
+- after step 41 ("after41"): at B2 and B4 (sparse q of S = 64, 1024 and 4096, dense q) the
   eight-row and one-row tiles beside the plan's two rows; at B5-B8 (point drafts, all T1,
   all T0, every other request T0) the two-row tile beside the plan's eight;
+- a wide vocabulary ("wide vocab", V = 600000: chunks of 3072 tokens; point drafts at B1
+  and B3, all T1 and every other request T0): the eight-row tile and 4096-token chunks
+  beside the one- and two-row tiles, whose 2048-token steps do not divide the chunk;
 - mid row tiles ("mid rows", point drafts at B2-B64, all T1, all T0 and every other request
   T0): two rows of [2, 4, 512] at 4 or 8 warps, four at 8, one at 2 (after the small rows);
 - row tiles ("rows", point drafts at B1-B1024, all T1, all T0 and every other request
@@ -186,6 +189,12 @@ _ROWS_MID = _row_tiles((2, 512, 4, 4), (2, 512, 4, 8), (4, 512, 4, 8), (1, 512, 
 # where the plan keeps eight rows (B5-B7 not measured, B8 T0 +2.5%).
 _AFTER41_Q = _row_tiles((8, 256, 2, 8), (1, 1024, 2, 4))
 _AFTER41_POINT = _row_tiles((2, 512, 4, 4))
+# Past 256 x 2048 tokens the chunk grows in 1024-token draw tiles (V = 600000: 3072), which
+# the 2048-token steps of the one- and two-row tiles do not divide (a chunk's second step
+# masks half its lanes): beside those plans, the eight-row tile (512-token steps divide any
+# such chunk) and the row tiles at 4096-token chunks (their steps divide it).
+WIDE_VOCAB = 600_000
+_WIDE = {**_row_tiles((8, 256, 2, 8)), "c4096": {"chunk": 4096}}
 # The interpreter's smoke: a split at tiles of 64 and 128 (its warps are ignored there).
 _CPU_SWEEP: dict[str, dict[str, Any]] = {
     f"tile {tile} w4": {"support_tile": tile, "support_warps": 4} for tile in (64, 128)
@@ -244,13 +253,17 @@ def cases(cpu: bool) -> list[tuple[str, int, str, str, dict[str, dict[str, Any]]
         for t in ("T1", "T0", "mix")
     ]
     out += [
-        (f"B4 after41 {q}", 4, "T1", q, _AFTER41_Q)
+        (f"B{b} after41 {q}", b, "T1", q, _AFTER41_Q)
+        for b in (2, 4)
         for q in ("sparse64", "sparse1024", "sparse4096", "dense")
     ]
     out += [
         (f"B{b} after41 {t} point", b, t, "point", _AFTER41_POINT)
         for b in (5, 6, 7, 8)
         for t in ("T1", "T0", "mix")
+    ]
+    out += [
+        (f"B{b} wide vocab {t} point", b, t, "point", _WIDE) for b in (1, 3) for t in ("T1", "mix")
     ]
     return out
 
@@ -263,13 +276,14 @@ def main() -> int:
         "--variants", nargs="+", metavar="WORD", help="variants naming one of these (and default)"
     )
     args = parser.parse_args()
-    device, vocab = ("cpu", 3000) if args.cpu else ("cuda", 129_280)
+    device, usual_vocab = ("cpu", 3000) if args.cpu else ("cuda", 129_280)
     l2 = 60 << 20 if args.cpu else torch.cuda.get_device_properties(0).L2_cache_size
     rows: list[tuple[str, str, float, float]] = []
     same = True
     for name, batch, temps, q, variants in cases(args.cpu):
         if args.only and not any(word in name for word in args.only):
             continue
+        vocab = WIDE_VOCAB if "wide vocab" in name else usual_vocab
         sets = input_sets(batch, vocab, l2, cpu=args.cpu)
         inputs = [make_inputs(batch, temps, q, i, vocab, device) for i in range(sets)]
         default: LaunchPlan = case_plan(batch, q, vocab, cpu=args.cpu)
