@@ -65,6 +65,12 @@ def cases(cpu: bool, only: list[str] | None = None) -> list[tuple[str, int, str,
     batches = (1, 4) if cpu else (1, 4, 16, 64, 256, 1024)
     out = [(f"B{b} {t} point", b, t, "point") for b in batches for t in ("T1", "T0", "half")]
     out += [(f"B{b} mix point", b, "mix", "point") for b in batches if b >= 4]
+    # the last batch of two rows a program (v5 step 42) and the first of eight
+    out += (
+        []
+        if cpu
+        else [(f"B{b} {t} point", b, t, "point") for b in (5, 6) for t in ("T1", "T0", "mix")]
+    )
     # sparse q on both sides of step 28's ticket line (16 requests)
     for b in (4,) if cpu else (1, 4, 16, 64):
         supports = (64,) if cpu else (64, 1024, 4096)  # V = 300 on the CPU

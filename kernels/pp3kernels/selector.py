@@ -131,9 +131,10 @@ _ROW_TILE_LANES = 1024
 # From _ROW_TILE_BATCH requests up to _PAIR_TILE_BATCH, two flat rows a program, [2,
 # _GROUPS_LARGE_BATCH, _PAIR_TILE_LANES] at _NUM_WARPS warps: a quarter of the eight-row
 # tile's rows, so four times its programs (v5 step 41, bench/NOTES.md, forty-second
-# session: B2 T1 0.91, mixed 0.87; B4 T1 0.92, mixed 0.89, T0 within +-1%; at B8 T0 lost
-# 2.5%, from B16 on every case lost or tied).
-_PAIR_TILE_BATCH = 5
+# session: B2 T1 0.91, mixed 0.87; B4 T1 0.92, mixed 0.89, T0 within +-1%; from B16 on
+# every case lost or tied). Step 42 (forty-third session): B5 T1 0.96, mixed 0.92, T0
+# 1.006; from B6 greedy calls lost 2-3% (B6 T0 1.020, B7 1.029, B8 1.027).
+_PAIR_TILE_BATCH = 6
 _PAIR_TILE_LANES = 512
 _NUM_WARPS = 4  # interpreter and small-vocabulary plans (both phases)
 # Phase 2 (the rescan and finish launches) on the large-vocabulary plans (bench/NOTES.md,
@@ -302,9 +303,10 @@ def plan_launch(
     or more; numpy on a big tile is cheap). Small
     vocabularies on a GPU: one request per program, one split (row tiles of many requests hit
     a scan-lowering assertion in Triton 3.6 on sm_90). Large vocabularies on a GPU: phase 1
-    tiles R = next_power_of_2(K+1) consecutive flat rows a program (one row where a single
-    request is verified), phase 2 one request a program, and many vocabulary splits per
-    request, so that the programs keep enough loads in flight to cover memory latency.
+    tiles consecutive flat rows a program (one row where a single request is verified, two
+    for two to five requests, R = next_power_of_2(K+1) from six), phase 2 one request a
+    program, and many vocabulary splits per request, so that the programs keep enough
+    loads in flight to cover memory latency.
     """
     r = triton.next_power_of_2(rows)
     if interpreter:
@@ -324,20 +326,17 @@ def plan_launch(
     if vocab <= _SMALL_VOCAB:
         block_v = max(_SMALL_MIN_BLOCK_V, triton.next_power_of_2(vocab))
         return LaunchPlan(1, block_v, 1, block_v, _NUM_WARPS, block_v)
-    if batch >= _LARGE_BATCH:
-        tile, warps, groups = (
-            _TILE_ELEMENTS_LARGE_BATCH,
-            _NUM_WARPS_LARGE_BATCH,
-            _GROUPS_LARGE_BATCH,
-        )
-    else:
-        tile, warps, groups = _TILE_ELEMENTS, _NUM_WARPS_SMALL_BATCH, _GROUPS
-    block_v = max(_MIN_BLOCK_V, tile // r)
-    flat_rows = r
+    # Phase 1's tile [flat_rows, groups, block_v] at `warps` warps, by the batch.
     if batch < _ROW_TILE_BATCH:
-        flat_rows, block_v, groups, warps = 1, _ROW_TILE_LANES, _GROUPS, _NUM_WARPS
+        flat_rows, groups, block_v, warps = 1, _GROUPS, _ROW_TILE_LANES, _NUM_WARPS
     elif batch < _PAIR_TILE_BATCH:
-        flat_rows, block_v, groups, warps = 2, _PAIR_TILE_LANES, _GROUPS_LARGE_BATCH, _NUM_WARPS
+        flat_rows, groups, block_v, warps = 2, _GROUPS_LARGE_BATCH, _PAIR_TILE_LANES, _NUM_WARPS
+    elif batch < _LARGE_BATCH:
+        block_v = max(_MIN_BLOCK_V, _TILE_ELEMENTS // r)
+        flat_rows, groups, warps = r, _GROUPS, _NUM_WARPS_SMALL_BATCH
+    else:
+        block_v = max(_MIN_BLOCK_V, _TILE_ELEMENTS_LARGE_BATCH // r)
+        flat_rows, groups, warps = r, _GROUPS_LARGE_BATCH, _NUM_WARPS_LARGE_BATCH
     shortest = _LONG_CHUNK if batch >= _LONG_CHUNK_BATCH else _CHUNK
     chunk = max(shortest, triton.cdiv(triton.cdiv(vocab, _MAX_SPLITS), _DRAW_TILE) * _DRAW_TILE)
     nsplit = triton.cdiv(vocab, chunk)

@@ -1484,18 +1484,20 @@ def test_gpu_large_batch_plan_agrees_with_reference(q: str, support: int) -> Non
         (3, 0.0, (2, 512, 4, 4)),
         (3, 1.0, (2, 512, 4, 4)),
         (3, 0.5, (2, 512, 4, 4)),  # two T0 requests of three
+        (5, 0.5, (2, 512, 4, 4)),  # two T0 requests of five (step 42)
     ],
-    ids=["B1-T1", "B1-T0", "B3-T1", "B3-T0", "B3-mixed"],
+    ids=["B1-T1", "B1-T0", "B3-T1", "B3-T0", "B3-mixed", "B5-mixed"],
 )
 def test_gpu_small_batch_row_tiles_agree_with_reference(
     q: str, support: int, batch: int, greedy: float, tile: tuple[int, int, int, int]
 ) -> None:
-    """The GPU's plans below five requests, run in the interpreter with K = 5 (2048-token
+    """The GPU's plans below six requests, run in the interpreter with K = 5 (2048-token
     chunks, the last one 4 tokens): one request's phase 1 over one flat row a program in
-    [1, 2, 1024] tiles at 4 warps (v5 step 40), three requests' over two flat rows in [2, 4,
-    512] tiles (step 41; 18 rows make 9 pairs, and a mixed batch's pairs hold both kinds
-    where a T0 request's rows meet a T1 one's). T1, T0 and mixed: the same bits as the
-    reference and as a plan of eight flat rows in [8, 2, 256] tiles (the plan of five to
+    [1, 2, 1024] tiles at 4 warps (v5 step 40), three and five requests' over two flat rows
+    in [2, 4, 512] tiles (steps 41-42; 18 rows make 9 pairs, 30 make 15, and a mixed
+    batch's pairs hold both kinds where a T0 request's rows meet a T1 one's). T1, T0 and
+    mixed: the same bits as the
+    reference and as a plan of eight flat rows in [8, 2, 256] tiles (the plan of six to
     fifteen requests)."""
     vocab = 4100
     args = _make(
@@ -1515,7 +1517,7 @@ def test_gpu_small_batch_row_tiles_agree_with_reference(
     assert reads_by_tma(replace(plan, tma=True, block_v=256), args["logits"])
     got = _kernel(args, plan=plan)
     _assert_same(got, _reference(args), args)
-    eight = plan_launch(5, 6, vocab, interpreter=False, support=support, dense=q == "dense")
+    eight = plan_launch(6, 6, vocab, interpreter=False, support=support, dense=q == "dense")
     assert (eight.flat_rows, eight.block_v) == (8, 256)
     _assert_same(got, _kernel(args, plan=eight), args)
 
@@ -1542,7 +1544,7 @@ def test_row_tiles_cover_a_chunk_of_one_and_a_half_steps(q: str, support: int, b
     assert plan.chunk % (plan.groups * plan.block_v) == 1024
     got = _kernel(args, plan=plan)
     _assert_same(got, _reference(args), args)
-    eight = chunked(plan_launch(5, 6, vocab, interpreter=False, support=support))
+    eight = chunked(plan_launch(6, 6, vocab, interpreter=False, support=support))
     assert eight.flat_rows == 8 and eight.chunk % (eight.groups * eight.block_v) == 0
     _assert_same(got, _kernel(args, plan=eight), args)
 
@@ -1826,7 +1828,8 @@ PINNED_PLANS: dict[tuple[int, int, int, bool], tuple[Any, ...]] = {
     (1, 6, 129_280, False): (1, 1024, 64, 2048, 4, 2048, 1, 2, 8, True, False),
     (1, 2, 129_280, False): (1, 1024, 64, 2048, 4, 2048, 1, 2, 8, True, False),
     (2, 6, 129_280, False): (1, 512, 64, 2048, 4, 2048, 2, 4, 8, True, False),
-    (5, 6, 129_280, False): (1, 256, 64, 2048, 8, 2048, 8, 2, 8, True, False),
+    (5, 6, 129_280, False): (1, 512, 64, 2048, 4, 2048, 2, 4, 8, True, False),
+    (6, 6, 129_280, False): (1, 256, 64, 2048, 8, 2048, 8, 2, 8, True, False),
     (64, 6, 129_280, False): (1, 128, 32, 4096, 4, 4096, 8, 4, 8, True, False),
     (16, 6, 129_280, False): (1, 128, 64, 2048, 4, 2048, 8, 4, 8, True, False),
     (256, 6, 129_280, False): (1, 128, 32, 4096, 4, 1024, 8, 4, 8, True, True, True),

@@ -144,7 +144,8 @@ def test_small_vocabularies_end_at_1024_tokens() -> None:
         (2, (2, 4, 512, 4)),
         (3, (2, 4, 512, 4)),
         (4, (2, 4, 512, 4)),
-        (5, (8, 2, 256, 8)),
+        (5, (2, 4, 512, 4)),
+        (6, (8, 2, 256, 8)),
         (15, (8, 2, 256, 8)),
     ],
 )
@@ -153,8 +154,8 @@ def test_small_batches_tile_one_or_two_flat_rows(
     batch: int, tile: tuple[int, int, int, int], rows: int
 ) -> None:
     """V = 129280, K = 4 and 5, below 16 requests: one request reads one flat row a program
-    in [1, 2, 1024] tiles at 4 warps (v5 step 40), two to four two flat rows in [2, 4, 512]
-    tiles at 4 warps (step 41; both one step a chunk), five to fifteen eight in [8, 2, 256]
+    in [1, 2, 1024] tiles at 4 warps (v5 step 40), two to five two flat rows in [2, 4, 512]
+    tiles at 4 warps (steps 41-42; both one step a chunk), six to fifteen eight in [8, 2, 256]
     at 8 (four steps); 2048-token chunks, pointer loads, no kind order, whatever the q
     form."""
     for q in ("point", "sparse64", "sparse4096", "dense"):
