@@ -427,8 +427,8 @@ def test_ticketed_finish_gives_the_finish_launch_bits(batch: int, support: int) 
 @pytest.mark.parametrize(
     ("batch", "q", "greedy"),
     [
-        # below five requests the plans read rows of 1024 or 512 tokens: never boxes
-        (5, "point", None),
+        # below six requests the plans read rows of 1024 or 512 tokens: never boxes
+        (6, "point", None),
         (8, "dense", 1.0),
         (16, "point", 0.0),
         (64, "sparse", 1.0),
