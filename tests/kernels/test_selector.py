@@ -1496,9 +1496,8 @@ def test_gpu_small_batch_row_tiles_agree_with_reference(
     [1, 2, 1024] tiles at 4 warps (v5 step 40), three and five requests' over two flat rows
     in [2, 4, 512] tiles (steps 41-42; 18 rows make 9 pairs, 30 make 15, and a mixed
     batch's pairs hold both kinds where a T0 request's rows meet a T1 one's). T1, T0 and
-    mixed: the same bits as the
-    reference and as a plan of eight flat rows in [8, 2, 256] tiles (the plan of six to
-    fifteen requests)."""
+    mixed: the same bits as the reference and as a plan of eight flat rows in [8, 2, 256]
+    tiles (the plan of six to fifteen requests)."""
     vocab = 4100
     args = _make(
         batch=batch,
