@@ -193,7 +193,7 @@ def test_the_gpu_plans_order_rows_by_kind_from_256_requests_and_the_interpreter_
     for batch in (1, 4, 64, 255, 256, 1024):
         plan = plan_launch(batch, 6, 129_280, interpreter=False)
         # one request: one flat row a program (v5 step 40), so no block of both kinds; two to
-        # four: two flat rows (step 41)
+        # five: two flat rows (steps 41-42; B5 is not in this loop)
         flat = 1 if batch == 1 else 2 if batch <= 4 else 8
         assert plan.kind_order == (batch >= 256) and plan.flat_rows == flat
         constants = launch_constants(plan, 6, 0, 1, overlap=False)[0]

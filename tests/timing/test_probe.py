@@ -370,7 +370,7 @@ def test_each_case_names_the_selector_plan_it_was_timed_with() -> None:
     large = probe.selector_plan(probe_cases.ProbeCase(64, 5, 129280, "bf16", "sparse", 0, 64))
     assert small == {
         "block_b": 1,
-        "block_v": 512,  # two to four requests: [2, 4, 512] tiles at 4 warps (v5 step 41)
+        "block_v": 512,  # two to five requests: [2, 4, 512] tiles at 4 warps (v5 steps 41-42)
         "nsplit": 64,
         "chunk": 2048,
         "num_warps": 4,
