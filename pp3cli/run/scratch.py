@@ -109,9 +109,11 @@ def ensure_scratch(settings: Settings) -> Path:
         return root
     if root.is_symlink() or (root.exists() and not root.is_dir()):
         raise UsageProblem(f"scratch root {root} exists and is not a folder")
-    if root.exists() and _marker_being_written(root):
-        return root  # another pp3 process (e.g. a rank of the same run) created it just now
     if root.exists() and any(root.iterdir()):
+        # Read after has_marker above: another pp3 process (a rank of the same run) may have
+        # created the root and marked it in between, or be writing its marker now.
+        if _marker_being_written(root):
+            return root
         raise UsageProblem(
             f"scratch root {root} is not empty and has no {MARKER_NAME} marker: pp3 did not "
             "create it. Choose a new or empty folder with --scratch or PP3_SCRATCH."
