@@ -46,6 +46,12 @@ every input set) must be the default's bit for bit, or the script fails. Variant
 - a wide vocabulary ("wide vocab", V = 600000: chunks of 3072 tokens; point drafts at B1
   and B3, all T1 and every other request T0): the eight-row tile and 4096-token chunks
   beside the one- and two-row tiles, whose 2048-token steps do not divide the chunk;
+- chunk length below 64 requests ("chunks", the forty-seventh session: B1, B4 and B16,
+  sparse q of S = 64, 1024 and 4096, dense q, and point drafts all T1, all T0 and every
+  other request T0): 4096-token chunks (32 splits, the draw's tile following the chunk)
+  beside the plan's 2048 (64 splits), which halves the chunk axis of the stop row's
+  support sums per chunk (the narrow support's [slots, chunks] membership tile, the split
+  support's per-tile sums) and doubles each phase-1 program's steps;
 - mid row tiles ("mid rows", point drafts at B2-B64, all T1, all T0 and every other request
   T0): two rows of [2, 4, 512] at 4 or 8 warps, four at 8, one at 2 (after the small rows);
 - row tiles ("rows", point drafts at B1-B1024, all T1, all T0 and every other request
@@ -195,6 +201,10 @@ _AFTER41_POINT = _row_tiles((2, 512, 4, 4))
 # such chunk) and the row tiles at 4096-token chunks (their steps divide it).
 WIDE_VOCAB = 600_000
 _WIDE = {**_row_tiles((8, 256, 2, 8)), "c4096": {"chunk": 4096}}
+# Below 64 requests the plan's chunks are 2048 tokens (64 splits at V = 129280); sparse q's
+# stop row sums its support per chunk over that axis (target 5 at B4): 4096-token chunks
+# beside them, for every q form.
+_CHUNKS = {"c4096": {"chunk": 4096}}
 # The interpreter's smoke: a split at tiles of 64 and 128 (its warps are ignored there).
 _CPU_SWEEP: dict[str, dict[str, Any]] = {
     f"tile {tile} w4": {"support_tile": tile, "support_warps": 4} for tile in (64, 128)
@@ -263,6 +273,17 @@ def cases(cpu: bool) -> list[tuple[str, int, str, str, dict[str, dict[str, Any]]
         for t in ("T1", "T0", "mix")
     ]
     out += [
+        (f"B{b} chunks {q}", b, "T1", q, _CHUNKS)
+        for b in (1, 4, 16)
+        for q in ("sparse64", "sparse1024", "sparse4096", "dense")
+    ]
+    out += [
+        (f"B{b} chunks {t} point", b, t, "point", _CHUNKS)
+        for b in (1, 4, 16)
+        for t in ("T1", "T0", "mix")
+        if b > 1 or t != "mix"
+    ]
+    out += [
         (f"B{b} wide vocab {t} point", b, t, "point", _WIDE) for b in (1, 3) for t in ("T1", "mix")
     ]
     return out
@@ -275,6 +296,12 @@ def main() -> int:
     parser.add_argument(
         "--variants", nargs="+", metavar="WORD", help="variants naming one of these (and default)"
     )
+    parser.add_argument(
+        "--compile-only",
+        action="store_true",
+        help="one call of every plan on one input set, no timing (fills the Triton cache: run"
+        " several at once over disjoint --only words before a timed run)",
+    )
     args = parser.parse_args()
     device, usual_vocab = ("cpu", 3000) if args.cpu else ("cuda", 129_280)
     l2 = 60 << 20 if args.cpu else torch.cuda.get_device_properties(0).L2_cache_size
@@ -284,7 +311,7 @@ def main() -> int:
         if args.only and not any(word in name for word in args.only):
             continue
         vocab = WIDE_VOCAB if "wide vocab" in name else usual_vocab
-        sets = input_sets(batch, vocab, l2, cpu=args.cpu)
+        sets = 1 if args.compile_only else input_sets(batch, vocab, l2, cpu=args.cpu)
         inputs = [make_inputs(batch, temps, q, i, vocab, device) for i in range(sets)]
         default: LaunchPlan = case_plan(batch, q, vocab, cpu=args.cpu)
         plans = {"default": default}
@@ -311,6 +338,9 @@ def main() -> int:
             if got != reference:
                 print(f"{name} {variant}: outputs differ from the default plan's", flush=True)
                 same = False
+            if args.compile_only:
+                print(f"{name} {variant}: compiled", flush=True)
+                continue
             calls = [partial(verify_chain, **a, validate=False, plan=plan) for a in inputs]
             us = time_calls(calls, args.cpu)
             base_us = base_us or us
