@@ -337,10 +337,7 @@ def plan_launch(
     else:
         block_v = max(_MIN_BLOCK_V, _TILE_ELEMENTS_LARGE_BATCH // r)
         flat_rows, groups, warps = r, _GROUPS_LARGE_BATCH, _NUM_WARPS_LARGE_BATCH
-    # Sparse q of more than one slot takes 4096-token chunks below 64 requests as well: its
-    # stop row sums the support per chunk, over half the chunks then (forty-seventh session).
-    long_chunks = batch >= _LONG_CHUNK_BATCH or (support > 1 and not dense)
-    shortest = _LONG_CHUNK if long_chunks else _CHUNK
+    shortest = _LONG_CHUNK if batch >= _LONG_CHUNK_BATCH else _CHUNK
     chunk = max(shortest, triton.cdiv(triton.cdiv(vocab, _MAX_SPLITS), _DRAW_TILE) * _DRAW_TILE)
     nsplit = triton.cdiv(vocab, chunk)
     # Phase 1 tiles R consecutive rows of the flat B * (K+1) rows: the same [R, block_v]
