@@ -48,8 +48,8 @@ every input set) must be the default's bit for bit, or the script fails. Variant
   beside the one- and two-row tiles, whose 2048-token steps do not divide the chunk;
 - chunk length below 64 requests ("chunks", the forty-seventh session: B1, B4 and B16,
   sparse q of S = 64, 1024 and 4096, dense q, and point drafts all T1, all T0 and every
-  other request T0): 4096-token chunks (32 splits, the draw's tile following the chunk)
-  beside the plan's 2048 (64 splits), which halves the chunk axis of the stop row's
+  other request T0): 4096-token and 2048-token chunks (32 / 64 splits, the draw's tile
+  following the chunk) beside the plan's; 4096 halves the chunk axis of the stop row's
   support sums per chunk (the narrow support's [slots, chunks] membership tile, the split
   support's per-tile sums) and doubles each phase-1 program's steps;
 - mid row tiles ("mid rows", point drafts at B2-B64, all T1, all T0 and every other request
@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 from functools import partial
 from typing import Any
@@ -201,10 +202,10 @@ _AFTER41_POINT = _row_tiles((2, 512, 4, 4))
 # such chunk) and the row tiles at 4096-token chunks (their steps divide it).
 WIDE_VOCAB = 600_000
 _WIDE = {**_row_tiles((8, 256, 2, 8)), "c4096": {"chunk": 4096}}
-# Below 64 requests the plan's chunks are 2048 tokens (64 splits at V = 129280); sparse q's
-# stop row sums its support per chunk over that axis (target 5 at B4): 4096-token chunks
-# beside them, for every q form.
-_CHUNKS = {"c4096": {"chunk": 4096}}
+# Below 64 requests the plan's chunks were 2048 tokens (64 splits at V = 129280); sparse q's
+# stop row sums its support per chunk over that axis (target 5 at B4): 4096-token and
+# 2048-token chunks beside the plan's (the one equal to it is skipped), for every q form.
+_CHUNKS = {"c4096": {"chunk": 4096}, "c2048": {"chunk": 2048}}
 # The interpreter's smoke: a split at tiles of 64 and 128 (its warps are ignored there).
 _CPU_SWEEP: dict[str, dict[str, Any]] = {
     f"tile {tile} w4": {"support_tile": tile, "support_warps": 4} for tile in (64, 128)
@@ -302,6 +303,7 @@ def main() -> int:
         help="one call of every plan on one input set, no timing (fills the Triton cache: run"
         " several at once over disjoint --only words before a timed run)",
     )
+    parser.add_argument("--out", metavar="JSON", help="also write the table's rows here")
     args = parser.parse_args()
     device, usual_vocab = ("cpu", 3000) if args.cpu else ("cuda", 129_280)
     l2 = 60 << 20 if args.cpu else torch.cuda.get_device_properties(0).L2_cache_size
@@ -350,6 +352,10 @@ def main() -> int:
     print(f"{'case':16s} {'variant':14s} {'us':>9s} {'/default':>9s}")
     for name, variant, us, ratio in rows:
         print(f"{name:16s} {variant:14s} {us:9.2f} {ratio:9.3f}")
+    if args.out:
+        table = [dict(case=n, variant=v, us=us, ratio=r) for n, v, us, r in rows]
+        with open(args.out, "w") as out:
+            json.dump({"rows": table, "outputs_identical": same}, out, indent=1)
     if not same:
         print("FAILED: a variant's outputs differ from the default plan's")
     return 0 if same else 1
