@@ -205,7 +205,7 @@ _WIDE = {**_row_tiles((8, 256, 2, 8)), "c4096": {"chunk": 4096}}
 # Below 64 requests the plan's chunks were 2048 tokens (64 splits at V = 129280); sparse q's
 # stop row sums its support per chunk over that axis (target 5 at B4): 4096-token and
 # 2048-token chunks beside the plan's (the one equal to it is skipped), for every q form.
-_CHUNKS = {"c4096": {"chunk": 4096}, "c2048": {"chunk": 2048}}
+_CHUNKS: dict[str, dict[str, Any]] = {"c4096": {"chunk": 4096}, "c2048": {"chunk": 2048}}
 # The interpreter's smoke: a split at tiles of 64 and 128 (its warps are ignored there).
 _CPU_SWEEP: dict[str, dict[str, Any]] = {
     f"tile {tile} w4": {"support_tile": tile, "support_warps": 4} for tile in (64, 128)
