@@ -202,7 +202,7 @@ _AFTER41_POINT = _row_tiles((2, 512, 4, 4))
 # such chunk) and the row tiles at 4096-token chunks (their steps divide it).
 WIDE_VOCAB = 600_000
 _WIDE = {**_row_tiles((8, 256, 2, 8)), "c4096": {"chunk": 4096}}
-# Below 64 requests the plan's chunks were 2048 tokens (64 splits at V = 129280); sparse q's
+# Below 64 requests the plan's chunks are 2048 tokens (64 splits at V = 129280); sparse q's
 # stop row sums its support per chunk over that axis (target 5 at B4): 4096-token and
 # 2048-token chunks beside the plan's (the one equal to it is skipped), for every q form.
 _CHUNKS: dict[str, dict[str, Any]] = {"c4096": {"chunk": 4096}, "c2048": {"chunk": 2048}}
