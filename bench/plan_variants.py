@@ -76,7 +76,7 @@ from functools import partial
 from typing import Any
 
 import torch
-from launch_split import time_calls  # bench/ is the script's own folder
+from launch_split import precompile, time_calls  # bench/ is the script's own folder
 from selector_ab import case_plan, digest, input_sets, make_inputs
 
 from pp3kernels.selector import LaunchPlan, verify_chain
@@ -290,6 +290,49 @@ def cases(cpu: bool) -> list[tuple[str, int, str, str, dict[str, dict[str, Any]]
     return out
 
 
+def case_plans(
+    batch: int,
+    q: str,
+    vocab: int,
+    variants: dict[str, dict[str, Any]],
+    words: list[str] | None,
+    cpu: bool,
+) -> dict[str, LaunchPlan]:
+    """The default plan of a case and its variants (those naming one of ``words``), each a
+    ``dataclasses.replace`` of it; a variant equal to one already there is left out."""
+    default: LaunchPlan = case_plan(batch, q, vocab, cpu=cpu)
+    plans = {"default": default}
+    for variant, fields in variants.items():
+        if words and not any(word in variant for word in words):
+            continue
+        if any(field not in LaunchPlan.__dataclass_fields__ for field in fields):
+            continue  # a field this package's plans do not have (e.g. step 28's ticket)
+        plan = dataclasses.replace(default, **fields)
+        if plan.chunk != default.chunk:  # the splits, and the draw's tile, follow the chunk
+            tile = plan.chunk if default.block_f == default.chunk else default.block_f
+            nsplit = -(-vocab // plan.chunk)
+            plan = dataclasses.replace(plan, nsplit=nsplit, block_f=min(tile, plan.chunk))
+        if plan.chunk % plan.block_v:
+            continue  # a tile row wider than the case's chunk (the interpreter's V)
+        if plan not in plans.values():
+            plans[variant] = plan
+    return plans
+
+
+Work = tuple[int, str, str, int, dict[str, LaunchPlan]]
+
+
+def _compile(work: list[Work]) -> int:
+    """Worker: compile every plan of each case (batch, temperatures, q form, V, plans) by one
+    call on one input set of the case's own shape (same specialisation)."""
+    for batch, temps, q, vocab, plans in work:
+        inputs = make_inputs(batch, temps, q, 0, vocab, "cuda")
+        for plan in plans.values():
+            verify_chain(**inputs, validate=False, plan=plan)
+    torch.cuda.synchronize()
+    return len(work)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cpu", action="store_true", help="smoke test in the interpreter")
@@ -297,40 +340,24 @@ def main() -> int:
     parser.add_argument(
         "--variants", nargs="+", metavar="WORD", help="variants naming one of these (and default)"
     )
-    parser.add_argument(
-        "--compile-only",
-        action="store_true",
-        help="one call of every plan on one input set, no timing (fills the Triton cache: run"
-        " several at once over disjoint --only words before a timed run)",
-    )
     parser.add_argument("--out", metavar="JSON", help="also write the table's rows here")
     args = parser.parse_args()
     device, usual_vocab = ("cpu", 3000) if args.cpu else ("cuda", 129_280)
     l2 = 60 << 20 if args.cpu else torch.cuda.get_device_properties(0).L2_cache_size
-    rows: list[tuple[str, str, float, float]] = []
-    same = True
+    selected: list[tuple[str, int, str, str, int, dict[str, LaunchPlan]]] = []
     for name, batch, temps, q, variants in cases(args.cpu):
         if args.only and not any(word in name for word in args.only):
             continue
         vocab = WIDE_VOCAB if "wide vocab" in name else usual_vocab
-        sets = 1 if args.compile_only else input_sets(batch, vocab, l2, cpu=args.cpu)
+        plans = case_plans(batch, q, vocab, variants, args.variants, args.cpu)
+        selected.append((name, batch, temps, q, vocab, plans))
+    if not args.cpu:  # every plan compiled in parallel first (the timings then hit the cache)
+        precompile(_compile, [(b, t, q, v, plans) for _name, b, t, q, v, plans in selected])
+    rows: list[tuple[str, str, float, float]] = []
+    same = True
+    for name, batch, temps, q, vocab, plans in selected:
+        sets = input_sets(batch, vocab, l2, cpu=args.cpu)
         inputs = [make_inputs(batch, temps, q, i, vocab, device) for i in range(sets)]
-        default: LaunchPlan = case_plan(batch, q, vocab, cpu=args.cpu)
-        plans = {"default": default}
-        for variant, fields in variants.items():
-            if args.variants and not any(word in variant for word in args.variants):
-                continue
-            if any(field not in LaunchPlan.__dataclass_fields__ for field in fields):
-                continue  # a field this package's plans do not have (e.g. step 28's ticket)
-            plan = dataclasses.replace(default, **fields)
-            if plan.chunk != default.chunk:  # the splits, and the draw's tile, follow the chunk
-                tile = plan.chunk if default.block_f == default.chunk else default.block_f
-                nsplit = -(-vocab // plan.chunk)
-                plan = dataclasses.replace(plan, nsplit=nsplit, block_f=min(tile, plan.chunk))
-            if plan.chunk % plan.block_v:
-                continue  # a tile row wider than the case's chunk (the interpreter's V)
-            if plan not in plans.values():
-                plans[variant] = plan
         base_us = 0.0
         reference = ""
         for variant, plan in plans.items():
@@ -340,9 +367,6 @@ def main() -> int:
             if got != reference:
                 print(f"{name} {variant}: outputs differ from the default plan's", flush=True)
                 same = False
-            if args.compile_only:
-                print(f"{name} {variant}: compiled", flush=True)
-                continue
             calls = [partial(verify_chain, **a, validate=False, plan=plan) for a in inputs]
             us = time_calls(calls, args.cpu)
             base_us = base_us or us
