@@ -161,11 +161,6 @@ _SUPPORT_WARPS = 4
 # unchanged, 23.99 against 24.01 µs; bench/NOTES.md, twenty-fourth session).
 _WIDE_SUPPORT_TILE = 256
 _WIDE_SUPPORT_WARPS = 8
-# The counts launch (split support): one support tile of one draft row a program, at this
-# many warps (v5 step 43, forty-seventh session: one program a draft row, reading its S
-# slots in tiles of 2048 at the finish's warps, added 1.74 µs after phase 1 at B4 S = 4096
-# and 0.42 at S = 1024 on the H100, bench/launch_split.py).
-_COUNT_WARPS = 4
 # Step 28: below _TICKET_BATCH requests, no finish launch; the split support's last program
 # of each request block finishes it (plan.ticket), the support launch in tiles of
 # _WIDE_SUPPORT_TILE at _WIDE_SUPPORT_WARPS warps, which carry the finish's code without
@@ -235,10 +230,9 @@ class LaunchPlan:
     order, T1 requests first, so that mixed batches run blocks of one kind; blocks of a
     group holding both kinds then read with pointer loads (their rows are not consecutive).
     With support_tile = n > 0 (a power of two; sparse q only, ignored otherwise), phase 2
-    is three launches: the draft rows' counts (one program per request block, draft row
-    and tile of n slots, at 4 warps), the stop row's support sums per chunk (one program
-    per request block and tile of n slots, at support_warps warps, or finish_warps where
-    0), then the finish, which adds
+    is three launches: the draft rows' counts (one program per request block and draft
+    row), the stop row's support sums per chunk (one program per request block and tile of
+    n slots, at support_warps warps, or finish_warps where 0), then the finish, which adds
     the tiles instead of reading all S slots itself. With ticket (and support_tile > 0), the
     support launch's last program of each request block to store its sums (an atomic
     ticket) finishes that block itself, and there is no finish launch; with ticket and
@@ -546,8 +540,7 @@ def verify_chain(
     chunk); for sparse q of more than 4 slots, one scratch row of block_f fp32 per request
     (up to 16 KiB on the GPU plans) that the draw writes its residual tiles through; for
     dense q, the chunk masses of the rejected rows (8 bytes per request and chunk); for a
-    split support (plan.support_tile > 0), each draft row's count, mass and verdict per
-    support tile (17 bytes) and
+    split support (plan.support_tile > 0), each draft row's count and verdict (5 bytes) and
     two fp64 sums per request, tile of support_tile slots and chunk (S = 4096 at B = 64:
     32 tiles x 32 chunks, 1 MiB).
     """
@@ -666,10 +659,8 @@ def verify_chain(
     tiles = triton.cdiv(support, support_tile) if support_tile else 0
     if tiles:
         counted = (
-            # per draft row and support tile: the draft's count and the tile's mass, and its
-            # per-slot verdict (chain_counts_kernel; the later launches sum the tiles)
-            torch.empty((batch, max(k, 1), tiles, 2), dtype=torch.int64, device=device),
-            torch.empty((batch, max(k, 1), tiles), dtype=torch.int8, device=device),
+            torch.empty((batch, max(k, 1)), dtype=torch.int32, device=device),
+            torch.empty((batch, max(k, 1)), dtype=torch.int8, device=device),
             # one ticket per request block, armed by the counts launch (plan.ticket)
             torch.empty((blocks,), dtype=torch.int32, device=device),
         )
@@ -749,14 +740,14 @@ def verify_chain(
     if tiles and k > 0:  # (no draft row: nothing to count, no stop row rejects a draft)
         _launch(
             _chain_counts_kernel,
-            (blocks, k, tiles),
+            (blocks, k),
             plan,
             *phase2,
             *split,
             float(den),
             **phase2_meta,
             TICKET=ticket,
-            **{**launch2, "num_warps": _COUNT_WARPS},
+            **launch2,
         )
         _launch(
             _chain_support_kernel,

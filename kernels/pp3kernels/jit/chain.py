@@ -719,17 +719,6 @@ def _slot_tile(q_sparse, offs_b64, rows, drow, draft, slots, S, V):
 
 
 @triton.jit
-def _row_rules(count, q_mass, malformed, drow, draft, is_t1, proposed, den64, bad):
-    """``bad`` with integer q's row rules applied to every draft row (``drow``), given the
-    draft's count, the row's total count and whether a slot broke a per-slot rule: a
-    malformed slot, a mass other than C (0 is allowed where nothing is proposed or the
-    request is greedy), or a sampled proposal outside the support."""
-    zero_allowed = (draft < 0) | ~is_t1[:, None]
-    mass_ok = (q_mass.to(tl.float64) == den64) | ((q_mass == 0) & zero_allowed)
-    return bad | (drow & (malformed | ~mass_ok)) | (proposed & (count <= 0))
-
-
-@triton.jit
 def _sparse_q_counts(
     q_sparse,
     offs_b64,
@@ -778,7 +767,10 @@ def _sparse_q_counts(
             count += tile_count
             q_mass += tile_mass
             malformed = malformed | tile_bad
-    return count, _row_rules(count, q_mass, malformed, drow, draft, is_t1, proposed, den64, bad)
+    zero_allowed = (draft < 0) | ~is_t1[:, None]
+    mass_ok = (q_mass.to(tl.float64) == den64) | ((q_mass == 0) & zero_allowed)
+    bad = bad | (drow & (malformed | ~mass_ok)) | (proposed & (count <= 0))
+    return count, bad
 
 
 @triton.jit
@@ -1526,40 +1518,6 @@ def _stop_row_slots(draft_row_slots, at_stop):
 
 
 @triton.jit
-def _counted_tiles(
-    q_counted,
-    offs_b64,
-    rows,
-    drow,
-    draft,
-    is_t1,
-    proposed,
-    den64,
-    bad,
-    K: tl.constexpr,
-    S: tl.constexpr,
-    S_P2: tl.constexpr,
-    SUPPORT_TILE: tl.constexpr,
-):
-    """Sparse q split over support tiles: (n, bad) for every draft row from what
-    ``chain_counts_kernel`` wrote per tile of SUPPORT_TILE slots (the draft's count and the
-    tile's mass at [b, k, t, 0 / 1] of an int64 buffer, the tile's per-slot verdict at
-    [b, k, t] of an int8 one): n and the row's mass are the tiles' integer sums (exact, in
-    any order), and ``bad`` gains the row rules on them (``_row_rules``)."""
-    count_ptr, q_bad_ptr = q_counted
-    TILES: tl.constexpr = (S + SUPPORT_TILE - 1) // SUPPORT_TILE
-    TILES_P2: tl.constexpr = (S_P2 + SUPPORT_TILE - 1) // SUPPORT_TILE
-    tiles = tl.arange(0, TILES_P2)
-    cidx = (offs_b64[:, None, None] * K + rows[None, :, None]) * TILES + tiles[None, None, :]
-    cmask = drow[:, :, None] & (tiles < TILES)[None, None, :]
-    count = tl.sum(tl.load(count_ptr + 2 * cidx, mask=cmask, other=0), axis=2)
-    q_mass = tl.sum(tl.load(count_ptr + 2 * cidx + 1, mask=cmask, other=0), axis=2)
-    malformed = tl.max(tl.load(q_bad_ptr + cidx, mask=cmask, other=0).to(tl.int32), axis=2) != 0
-    bad = _row_rules(count, q_mass, malformed, drow, draft, is_t1, proposed, den64, bad)
-    return count.to(tl.int32), bad
-
-
-@triton.jit
 def _chain_stop(
     logits,
     drafts,
@@ -1670,21 +1628,10 @@ def _chain_stop(
         )
     if Q_MODE == _Q_SPARSE:
         if SUPPORT_TILE > 0:
-            count, bad = _counted_tiles(
-                q_counted,
-                offs_b64,
-                rows,
-                drow,
-                draft,
-                is_t1,
-                proposed,
-                den64,
-                bad,
-                K,
-                S,
-                S_P2,
-                SUPPORT_TILE,
-            )
+            count_ptr, q_bad_ptr = q_counted
+            counted = offs_b64[:, None] * K + rows[None, :]
+            count = tl.load(count_ptr + counted, mask=drow, other=0)
+            bad = bad | (tl.load(q_bad_ptr + counted, mask=drow, other=0) != 0)
 
     # ---- 3. The chain, all rows at once: accept[i] for every draft row, then the first
     # failure is the stop row (K when every draft is accepted: the bonus row).
@@ -2055,24 +2002,21 @@ def chain_counts_kernel(
     TICKET: tl.constexpr,
     CARVEOUT: tl.constexpr,  # not read: see pp3kernels.carveout
 ):
-    """Phase 2a, sparse q with SUPPORT_TILE > 0 (grid: request blocks x the K draft rows x
-    the support's tiles of SUPPORT_TILE slots): for draft row k of every request and tile t
-    of q's row, the count of the draft x among the tile's slots and the tile's total count,
-    written to [b, k, t, 0] and [b, k, t, 1] of an int64 [B, K, T, 2] buffer, and whether a
-    slot of the tile breaks a per-slot rule (``_slot_tile``), to [b, k, t] of an int8
-    [B, K, T] one. The phase-2 kernels sum the tiles and apply the row rules
-    (``_counted_tiles``).
+    """Phase 2a, sparse q with SUPPORT_TILE > 0 (grid: request blocks x the K draft rows):
+    for draft row k of every request, the count n of its draft x in q's row and whether q
+    breaks a rule there (``_sparse_q_counts``: the finish kernel's own checks), written to
+    count[b, k] (int32) and q_bad[b, k] (int8) of two [B, K] buffers.
 
-    q's slots are all this reads (no logits, no partials), one tile a program, so that a
-    request's K S slots are read by K T programs at once, each in one load. With OVERLAP it
-    runs while phase 1 does, and waits for phase 1 before it exits, so that the launches
-    after it, which wait for this one, see phase 1's partials too.
+    q's slots are all this reads (no logits, no partials): a row's S slots in tiles of R x
+    MAX_SLOT_TILE, one row a program, so that the K S slots of a request are read by K
+    programs at once instead of in turn by one. With OVERLAP it runs while phase 1 does, and
+    waits for phase 1 before it exits, so that the launches after it, which wait for this
+    one, see phase 1's partials too.
     """
     if OVERLAP:
         gdc_launch_dependents()
     pid_b = tl.program_id(0)
     k = tl.program_id(1)
-    tile = tl.program_id(2)
     offs_b, mask_b, is_t1, _inv_tau, _seed, _position = _requests(
         pid_b, B, temp_ptr, seed_ptr, pos_ptr, BLOCK_B
     )
@@ -2084,25 +2028,29 @@ def chain_counts_kernel(
         mask=drow,
         other=_NO_TOKEN,
     )
-    count, q_mass, malformed, _sid, _positive = _slot_tile(
+    proposed = is_t1[:, None] & drow & (draft >= 0) & (draft < V)
+    den64 = tl.zeros([BLOCK_B, 1], dtype=tl.float64) + denominator_f
+    count, q_bad = _sparse_q_counts(
         (qid_ptr, qcnt_ptr, stride_qb, stride_qk, stride_qs),
         offs_b64,
         rows,
         drow,
         draft,
-        tile * SUPPORT_TILE + tl.arange(0, SUPPORT_TILE),
-        S,
+        is_t1,
+        proposed,
+        den64,
+        tl.zeros_like(draft) != 0,
         V,
+        S,
+        S_P2,
+        R * _MAX_SLOT_TILE,
     )
-    TILES: tl.constexpr = (S + SUPPORT_TILE - 1) // SUPPORT_TILE
-    counted = (offs_b64[:, None] * K + rows[None, :]) * TILES + tile
-    tl.store(count_ptr + 2 * counted, count.to(tl.int64), mask=drow)
-    tl.store(count_ptr + 2 * counted + 1, q_mass, mask=drow)
-    tl.store(q_bad_ptr + counted, malformed.to(tl.int8), mask=drow)
+    counted = offs_b64[:, None] * K + rows[None, :]
+    tl.store(count_ptr + counted, count, mask=drow)
+    tl.store(q_bad_ptr + counted, q_bad.to(tl.int8), mask=drow)
     if TICKET:
         if k == 0:  # the support launch's ticket of this request block, armed for this call
-            if tile == 0:
-                tl.store(ticket_ptr + pid_b, 0)
+            tl.store(ticket_ptr + pid_b, 0)
     if OVERLAP:
         gdc_wait()  # exit only after phase 1: the next launch waits for this one alone
 
