@@ -1171,7 +1171,9 @@ def test_without_validation_wide_support_checks_every_slot_tile(support_tile: in
     one rule in a different tile (a negative count with mass C, a zero-count slot that names
     an id, mass C - 1). The kernel agrees with the reference on every status and token,
     with the finish reading the slots itself and with chain_counts_kernel reading them
-    (support_tile 128: its tiles of R x 256 slots, R = 2)."""
+    (support_tile 128: one program per draft row and tile of 128 slots, five tiles, whose
+    counts and masses the later launches add before the row rules: the draft sits in the
+    fifth, and no tile alone holds mass C)."""
     assert MAX_SLOT_TILE == 256
     vocab, support, den = 1000, 600, 1024
     ids = torch.arange(support, dtype=torch.int32).repeat(4, 1, 1)  # [4, 1, 600]

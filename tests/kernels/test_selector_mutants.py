@@ -684,21 +684,22 @@ def test_only_the_finish_launch_takes_its_carveout_and_register_cap(
 def test_split_support_buffers_and_launches(
     launches: dict[str, LaunchRecorder], ticket: bool
 ) -> None:
-    """support_tile 128 over 300 slots: 3 tiles. Counts over (blocks, K), support over
-    (blocks, tiles) at support_warps, then the finish, or none with the ticket; each draft
-    row's count (int32) and verdict (int8), one ticket per block, two fp64 sums per
-    request, tile and chunk."""
+    """support_tile 128 over 300 slots: 3 tiles. Counts over (blocks, K, tiles) at 4 warps,
+    support over (blocks, tiles) at support_warps, then the finish, or none with the ticket;
+    per draft row and tile the draft's count and the tile's mass (int64) and its verdict
+    (int8), one ticket per block, two fp64 sums per request, tile and chunk."""
     plan = replace(_BASE, support_tile=128, support_warps=2, finish_warps=8, ticket=ticket)
     _call(plan, q="sparse", support=300)
     (counts,) = launches["counts"].launches
     (support,) = launches["support"].launches
-    assert counts.grid == (2, 2) and support.grid == (2, 3)
-    assert counts.meta["num_warps"] == 8 and support.meta["num_warps"] == 2
+    assert counts.grid == (2, 2, 3) and support.grid == (2, 3)
+    assert counts.meta["num_warps"] == 4 and support.meta["num_warps"] == 2
     assert counts.meta["TICKET"] is ticket and support.meta["TICKET"] is ticket
     assert len(launches["finish"].launches) == (0 if ticket else 1)
     args = support.args
-    assert args["count_ptr"].shape == (3, 2) and args["count_ptr"].dtype == torch.int32
-    assert args["q_bad_ptr"].shape == (3, 2) and args["q_bad_ptr"].dtype == torch.int8
+    assert args["count_ptr"].shape == (3, 2, 3, 2) and args["count_ptr"].dtype == torch.int64
+    assert args["q_bad_ptr"].shape == (3, 2, 3) and args["q_bad_ptr"].dtype == torch.int8
+    assert counts.args["count_ptr"] is args["count_ptr"]
     assert args["ticket_ptr"].shape == (2,)
     assert args["sup_e_ptr"].shape == args["sup_r_ptr"].shape == (3, 3, 2)
     assert args["sup_e_ptr"].dtype == torch.float64
@@ -709,7 +710,8 @@ def test_split_support_buffers_and_launches(
 def test_split_support_without_drafts_only_finishes(launches: dict[str, LaunchRecorder]) -> None:
     """K = 0: no draft row to count and no stop row that rejects, so neither the counts
     nor the support launch runs, and the finish runs even with a ticket; the draft pointer
-    is a [B, 1] column of NO_TOKEN with a zero draft stride, the counts [B, max(K, 1)]."""
+    is a [B, 1] column of NO_TOKEN with a zero draft stride, the counts [B, max(K, 1),
+    tiles, 2]."""
     plan = replace(_BASE, support_tile=128, ticket=True)
     _call(plan, rows=1, q="sparse", support=300)
     assert not (launches["counts"].launches or launches["support"].launches)
@@ -717,7 +719,7 @@ def test_split_support_without_drafts_only_finishes(launches: dict[str, LaunchRe
     assert finish.args["draft_ptr"].shape == (3, 1)
     assert bool((finish.args["draft_ptr"] == -1).all())
     assert finish.args["stride_dk"] == 0
-    assert finish.args["count_ptr"].shape == (3, 1)  # one count per request, never read
+    assert finish.args["count_ptr"].shape == (3, 1, 3, 2)  # one row per request, never read
 
 
 def test_one_draft_is_counted_and_drawn_from(launches: dict[str, LaunchRecorder]) -> None:
@@ -728,7 +730,7 @@ def test_one_draft_is_counted_and_drawn_from(launches: dict[str, LaunchRecorder]
     _call(plan, rows=2, q="sparse", support=300)
     (counts,) = launches["counts"].launches
     (support,) = launches["support"].launches
-    assert counts.grid == (2, 1) and support.grid == (2, 3)
+    assert counts.grid == (2, 1, 3) and support.grid == (2, 3)
     assert not launches["finish"].launches
     assert bool((support.args["draft_ptr"] == 0).all())  # the caller's drafts: zeros
 
