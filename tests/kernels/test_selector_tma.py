@@ -12,6 +12,7 @@ max): ties must still give the lowest id.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import pytest
@@ -46,8 +47,11 @@ class _DescriptorSeen:
         self.descriptors: list[Any] = []
 
     def __getitem__(self, grid: Any) -> Any:
+        # logits_desc's place among the positional arguments, from the kernel's signature
+        where = list(inspect.signature(self.kernel.fn).parameters).index("logits_desc")
+
         def launch(*args: Any, **meta: Any) -> None:
-            self.descriptors.append(args[14])  # logits_desc: after (ticket, B, V, CHUNK, NSPLIT)
+            self.descriptors.append(args[where])
             self.kernel[grid](*args, **meta)
 
         return launch
