@@ -72,6 +72,32 @@ def test_a_rank_waits_five_seconds_for_another_ranks_marker(
     assert late.waited < 5.0
 
 
+def test_a_rank_adopts_a_root_whose_marker_finished_before_its_listing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rank reads the marker half-written; before it lists the root, the marker's
+    writer finishes and another rank makes its runs folder. The marker is then complete:
+    the root is pp3's, whatever else the listing shows (CI, 2026-12-07)."""
+    root = _half_made_root(tmp_path)
+    real = scratch_module.has_marker
+    calls: list[bool] = []
+
+    def finishing_after_the_first_read(folder: Path, tag: str) -> bool:
+        seen = real(folder, tag)
+        if not calls:  # the other ranks act between this read and the listing
+            (root / MARKER_NAME).write_bytes(orjson.dumps({"tag": ROOT_TAG, "pid": 0}) + b"\n")
+            (root / "runs").mkdir()
+        calls.append(seen)
+        return seen
+
+    monkeypatch.setattr(scratch_module, "has_marker", finishing_after_the_first_read)
+    monkeypatch.setattr(scratch_module, "time", FakeClock())
+    assert _marker_being_written(root)
+    assert calls[0] is False  # the first read did see a half-written marker
+    (root / MARKER_NAME).write_bytes(b"{}\n")  # a foreign marker and another entry: refused
+    assert not _marker_being_written(root)
+
+
 def test_planning_a_clean_leaves_bytecode_alone_unless_asked(tmp_path: Path) -> None:
     """Bytecode is removed only "(on request)" (module docstring; ``--bytecode``)."""
     project = tmp_path / "project"
