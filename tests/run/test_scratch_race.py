@@ -3,7 +3,9 @@
 On 2026-12-06 CI's two-rank qualify test failed once: rank 1 found the root empty, then saw
 rank 0's marker and run folder and called the root foreign ("not empty and has no
 .pp3-owned marker"). Four processes racing on a fresh root reproduced it in 18 of 1000
-rounds on a 2-core machine before the fix, and in 0 of 2000 after it.
+rounds on a 2-core machine before the fix, and in 0 of 2000 after it. On 2026-12-07 it failed
+once more (round 131, the machine loaded beside it): a narrower window the first fix left,
+mended in ``_marker_being_written`` and pinned deterministically in test_scratch_mutants.py.
 """
 
 from __future__ import annotations
