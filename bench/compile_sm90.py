@@ -85,7 +85,7 @@ _POINTERS = {
     "tokens_ptr": "*i32",
     "accepted_ptr": "*i32",
     "status_ptr": "*i8",
-    "count_ptr": "*i64",  # int64 [B, K, tiles, 2] from v5 step 44 (int32 [B, K] before)
+    "count_ptr": "*i32",
     "q_bad_ptr": "*i8",
     "sup_e_ptr": "*fp64",
     "sup_r_ptr": "*fp64",
@@ -313,8 +313,7 @@ def worker(
             rescan_const = {**finish_const, "TICKET": bool(stats_const.get("ARM_TICKET", False))}
             launches.append(("rescan", rescan, rescan_const, plan.finish_warps, dense))
         if q == "sparse" and int(getattr(plan, "support_tile", 0)):  # step 25's split support
-            # (the counts launch: steps 25-43; since step 44 phase 1 counts the drafts)
-            for phase in [p for p in ("counts", "support") if hasattr(chain, f"chain_{p}_kernel")]:
+            for phase in ("counts", "support"):
                 kernel = getattr(chain, f"chain_{phase}_kernel")
                 warps = int(getattr(plan, "support_warps", 0)) if phase == "support" else 0
                 launches.append((phase, kernel, support_const, warps or plan.finish_warps, other))

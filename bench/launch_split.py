@@ -11,11 +11,10 @@ calls rotating over enough input sets to exceed 2 x L2, median of 100 replays), 
 
 - full     verify_chain(validate=False)
 - stats    phase 1 alone (the later launches replaced by no-ops)
-- rescan, support: what each of those launches adds to the launches before it (the
+- rescan, counts, support: what each of those launches adds to the launches before it (the
            launches after it replaced by no-ops), in launch order; a launch the case's plan
            does not make adds only the spread of two timings (dense q launches the rescan,
-           sparse q of 128 padded slots or more the support; its drafts' counts are phase
-           1's since v5 step 44, and the counts column of earlier tables is gone)
+           sparse q of 128 padded slots or more the counts and the support)
 - finish   full minus the launches before it
 
 With ``--point B ...``, point drafts instead: all T1, all T0 and spread-mixed (every other
@@ -134,10 +133,11 @@ def main() -> int:
 # The launches after phase 1, in the order verify_chain makes them, and the table's columns.
 _LATER = (
     "_chain_rescan_kernel",
+    "_chain_counts_kernel",
     "_chain_support_kernel",
     "_chain_finish_kernel",
 )
-_PARTS = ("stats", "rescan", "support", "finish")
+_PARTS = ("stats", "rescan", "counts", "support", "finish")
 
 
 def _cells(values: Sequence[Any], form: str, sep: str) -> str:

@@ -36,6 +36,7 @@ from pp3kernels.jit import (
     Q_NONE,
     Q_SPARSE,
     Launchable,
+    chain_counts_kernel,
     chain_finish_kernel,
     chain_rescan_kernel,
     chain_stats_kernel,
@@ -55,6 +56,7 @@ from pp3kernels.validate import validate_chain_inputs
 # (bench/phase_timings.py times phase 1 alone by replacing the finish launch).
 _chain_stats_kernel: Launchable = chain_stats_kernel
 _chain_rescan_kernel: Launchable = chain_rescan_kernel
+_chain_counts_kernel: Launchable = chain_counts_kernel
 _chain_support_kernel: Launchable = chain_support_kernel
 _chain_finish_kernel: Launchable = chain_finish_kernel
 
@@ -147,7 +149,7 @@ _WIDE_SUPPORT_SLOTS = 2048
 # block barriers instead of 85, and its rescan no longer spills.
 _FINISH_WARPS_DENSE_SMALL_BATCH = 2
 # Sparse q of a slot axis of SPLIT_SUPPORT_SLOTS (128) or more: the support-split launches
-# (step 25: a counts launch, then chain_support_kernel over tiles of slots, then the
+# (step 25: chain_counts_kernel, then chain_support_kernel over tiles of slots, then the
 # finish; B4 S = 1024 / 4096 40.7 / 82.3 -> 21.6 / 25.8 µs, B64 S = 1024 61.0 -> 54.0),
 # the support launch in tiles of _SUPPORT_TILE slots at _SUPPORT_WARPS warps (step 26,
 # bench/plan_variants.py: B64 S = 4096 96.4 µs unsplit, 148.4 split at 16 warps, 61.0
@@ -159,10 +161,6 @@ _SUPPORT_WARPS = 4
 # unchanged, 23.99 against 24.01 µs; bench/NOTES.md, twenty-fourth session).
 _WIDE_SUPPORT_TILE = 256
 _WIDE_SUPPORT_WARPS = 8
-# Since v5 step 44 phase 1 counts the draft rows' slots in tiles of the support launch's
-# (chain_stats_kernel's COUNT_TILE), and the counts launch of steps 25-42 is gone (it added
-# 1.74 µs after phase 1 at B4 S = 4096 and 0.42 at S = 1024 on the H100; splitting it over
-# tiles, step 43, gained nothing: bench/NOTES.md, forty-seventh and forty-eighth sessions).
 # Step 28: below _TICKET_BATCH requests, no finish launch; the split support's last program
 # of each request block finishes it (plan.ticket), the support launch in tiles of
 # _WIDE_SUPPORT_TILE at _WIDE_SUPPORT_WARPS warps, which carry the finish's code without
@@ -231,18 +229,17 @@ class LaunchPlan:
     kind_order (flat_rows plans), phase 1 takes the rows of each flat_rows requests in kind
     order, T1 requests first, so that mixed batches run blocks of one kind; blocks of a
     group holding both kinds then read with pointer loads (their rows are not consecutive).
-    With support_tile = n > 0 (a power of two; sparse q only, ignored otherwise), phase 1
-    also counts the draft rows' slots in tiles of n (each draft row's count and mass per
-    tile), and phase 2 is two launches: the stop row's support sums per chunk (one program
-    per request block and tile of n slots, at support_warps warps, or finish_warps where
-    0), then the finish, which adds the tiles instead of reading all S slots itself. With
-    ticket (and support_tile > 0), the support launch's last program of each request block
-    to store its sums (an atomic ticket, armed by phase 1) finishes that block itself, and
-    there is no finish launch; with ticket and dense q, so does the rescan launch's last
-    program of each request block to store its chunk's mass (the ticket armed by phase 1
-    too). Every launch asks CUDA for carveout % of the multiprocessor's largest shared
-    memory (-1: the driver's choice), the finish launch for finish_carveout where that is
-    not -1. With
+    With support_tile = n > 0 (a power of two; sparse q only, ignored otherwise), phase 2
+    is three launches: the draft rows' counts (one program per request block and draft
+    row), the stop row's support sums per chunk (one program per request block and tile of
+    n slots, at support_warps warps, or finish_warps where 0), then the finish, which adds
+    the tiles instead of reading all S slots itself. With ticket (and support_tile > 0), the
+    support launch's last program of each request block to store its sums (an atomic
+    ticket) finishes that block itself, and there is no finish launch; with ticket and
+    dense q, so does the rescan launch's last program of each request block to store its
+    chunk's mass (the ticket armed by phase 1). Every launch asks
+    CUDA for carveout % of the multiprocessor's largest shared memory (-1: the driver's
+    choice), the finish launch for finish_carveout where that is not -1. With
     finish_maxnreg = n > 0, the finish launch compiles to at most n registers a thread (ptx
     .maxnreg; ignored by the interpreter). Both move time, never the bits.
     """
@@ -469,9 +466,6 @@ def launch_constants(
     for is never the one another plan's launches (and CUDA graphs) run with.
     verify_chain launches with them; bench/compile_sm90.py compiles with them."""
     r = int(triton.next_power_of_2(rows))
-    # sparse q split over support tiles: phase 1 counts the draft rows' slots in tiles of
-    # the support launch's (chain_stats_kernel, COUNT_TILE)
-    count_tile = plan.support_tile if q_mode == Q_SPARSE else 0
     shape: dict[str, int | bool] = {"K": rows - 1, "R": r, "BLOCK_B": plan.block_b}
     stats: dict[str, int | bool] = {
         **shape,
@@ -482,12 +476,7 @@ def launch_constants(
         "OVERLAP": overlap,
         "TMA": tma,
         "KIND_ORDER": bool(plan.flat_rows) and plan.kind_order,
-        "ARM_TICKET": plan.ticket and (q_mode == Q_DENSE or (count_tile > 0 and rows > 1)),
-        "S": support,
-        "COUNT_TILE": count_tile,
-        "COUNT_ROUNDS": triton.cdiv(triton.cdiv(support, count_tile), plan.nsplit)
-        if count_tile
-        else 0,
+        "ARM_TICKET": q_mode == Q_DENSE and plan.ticket,
         "CARVEOUT": plan.carveout,
     }
     phase2: dict[str, int | bool] = {
@@ -551,9 +540,8 @@ def verify_chain(
     chunk); for sparse q of more than 4 slots, one scratch row of block_f fp32 per request
     (up to 16 KiB on the GPU plans) that the draw writes its residual tiles through; for
     dense q, the chunk masses of the rejected rows (8 bytes per request and chunk); for a
-    split support (plan.support_tile > 0), each draft row's count, mass and verdict per
-    support tile (17 bytes) and two fp64 sums per request, tile of support_tile slots and
-    chunk (S = 4096 at B = 64:
+    split support (plan.support_tile > 0), each draft row's count and verdict (5 bytes) and
+    two fp64 sums per request, tile of support_tile slots and chunk (S = 4096 at B = 64:
     32 tiles x 32 chunks, 1 MiB).
     """
     if validate:
@@ -664,19 +652,16 @@ def verify_chain(
         masses = torch.empty((batch, plan.nsplit), dtype=torch.float64, device=device)
     else:
         masses = partials[1]
-    # Sparse q split over support tiles: phase 1 writes every draft row's count, mass and
-    # q verdict per tile, chain_support_kernel every stop row's support sums per tile and
-    # chunk (two fp64 buffers), the finish kernel reads both; otherwise placeholders, never
-    # read.
+    # Sparse q split over support tiles: chain_counts_kernel writes every draft row's count
+    # and q verdict, chain_support_kernel every stop row's support sums per tile and chunk
+    # (two fp64 buffers), the finish kernel reads both; otherwise placeholders, never read.
     support_tile = int(phase2_meta["SUPPORT_TILE"])
     tiles = triton.cdiv(support, support_tile) if support_tile else 0
     if tiles:
         counted = (
-            # per draft row and support tile: the draft's count and the tile's mass, and its
-            # per-slot verdict (phase 1, COUNT_TILE; the later launches sum the tiles)
-            torch.empty((batch, max(k, 1), tiles, 2), dtype=torch.int64, device=device),
-            torch.empty((batch, max(k, 1), tiles), dtype=torch.int8, device=device),
-            # one ticket per request block, armed by phase 1 (plan.ticket, ARM_TICKET)
+            torch.empty((batch, max(k, 1)), dtype=torch.int32, device=device),
+            torch.empty((batch, max(k, 1)), dtype=torch.int8, device=device),
+            # one ticket per request block, armed by the counts launch (plan.ticket)
             torch.empty((blocks,), dtype=torch.int32, device=device),
         )
         sums = torch.empty((2, batch, tiles, plan.nsplit), dtype=torch.float64, device=device)
@@ -705,14 +690,6 @@ def verify_chain(
         temperature,
         *partials,
         counted[2],
-        drafts,
-        drafts.stride(0),
-        drafts.stride(1) if k > 0 else 0,
-        qid,
-        qcnt,
-        *q_strides,
-        counted[0],
-        counted[1],
         *split,
         tma_descriptor(plan, logits) if tma else None,
         **stats_meta,
@@ -761,6 +738,17 @@ def verify_chain(
         )
     ticket = (bool(tiles) and k > 0 and plan.ticket) or bool(stats_meta["ARM_TICKET"])
     if tiles and k > 0:  # (no draft row: nothing to count, no stop row rejects a draft)
+        _launch(
+            _chain_counts_kernel,
+            (blocks, k),
+            plan,
+            *phase2,
+            *split,
+            float(den),
+            **phase2_meta,
+            TICKET=ticket,
+            **launch2,
+        )
         _launch(
             _chain_support_kernel,
             (blocks, tiles),

@@ -496,10 +496,10 @@ def test_flat_rows_must_be_a_power_of_two() -> None:
 def test_split_plan_wide_support_in_every_chunk_equals_reference(support_tile: int) -> None:
     """A 600-token support over five chunks of 400 tokens: the finish kernel sums the
     support's corrections four chunks at a time (S_P2 * NSPLIT_P2 > 4096), or (support_tile
-    64) phase 1 counts the drafts in 10 tiles of 64 slots (two rounds over its 5 chunks)
-    and chain_support_kernel sums the corrections in those tiles; either way the residual
-    reaches each drawn tile through the scratch row; same bits as the default plan and the
-    reference, and every request stops on a sampled row at least once."""
+    64) chain_counts_kernel counts the drafts and chain_support_kernel sums the corrections
+    in 10 tiles of 64 slots; either way the residual reaches each drawn tile through the
+    scratch row; same bits as the default plan and the reference, and every request stops
+    on a sampled row at least once."""
     args = _make(batch=8, drafts=3, vocab=2000, seed=7, support=600, greedy_share=0.0)
     plan = replace(_split_plan(nsplit=5, chunk_tiles=50), support_tile=support_tile)
     split = _kernel(args, plan=plan)
@@ -1170,10 +1170,8 @@ def test_without_validation_wide_support_checks_every_slot_tile(support_tile: in
     tile. Request 0 is well formed with its draft in the third tile; requests 1-3 each break
     one rule in a different tile (a negative count with mass C, a zero-count slot that names
     an id, mass C - 1). The kernel agrees with the reference on every status and token,
-    with the finish reading the slots itself and with phase 1 reading them (support_tile
-    128: five tiles of 128 slots, counted by the programs of phase 1, whose counts and
-    masses the later launches add before the row rules: the draft sits in the fifth, and no
-    tile alone holds mass C)."""
+    with the finish reading the slots itself and with chain_counts_kernel reading them
+    (support_tile 128: its tiles of R x 256 slots, R = 2)."""
     assert MAX_SLOT_TILE == 256
     vocab, support, den = 1000, 600, 1024
     ids = torch.arange(support, dtype=torch.int32).repeat(4, 1, 1)  # [4, 1, 600]

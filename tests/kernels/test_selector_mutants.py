@@ -364,20 +364,15 @@ def test_launch_constants_of_a_row_tiled_plan() -> None:
     shape = {"K": 2, "R": 4, "BLOCK_B": 4}
     assert stats == {
         **shape, "BLOCK_V": 16, "BLOCK_R": 16, "FLAT": False, "GROUPS": 2, "OVERLAP": True,
-        "TMA": False, "KIND_ORDER": False, "ARM_TICKET": False, "S": 1, "COUNT_TILE": 0,
-        "COUNT_ROUNDS": 0, "CARVEOUT": 7,
+        "TMA": False, "KIND_ORDER": False, "ARM_TICKET": False, "CARVEOUT": 7,
     }  # fmt: skip
-    # phase 1 arms the tickets where the plan has them: dense q's rescan (v5 step 39) and a
-    # split support's launch (step 44: phase 1 counts the drafts), the latter only where
-    # there are draft rows; and it counts only sparse q's slots
-    ticketed = replace(plan, ticket=True)
-    assert launch_constants(ticketed, 3, Q_DENSE, 1, overlap=True)[0]["ARM_TICKET"]
-    assert launch_constants(ticketed, 3, Q_SPARSE, 1, overlap=True)[0]["ARM_TICKET"]
-    assert not launch_constants(ticketed, 1, Q_SPARSE, 1, overlap=True)[0]["ARM_TICKET"]
-    assert not launch_constants(ticketed, 3, Q_NONE, 1, overlap=True)[0]["ARM_TICKET"]
-    assert not launch_constants(plan, 3, Q_SPARSE, 1, overlap=True)[0]["ARM_TICKET"]
-    unsplit = replace(ticketed, support_tile=0)
-    assert not launch_constants(unsplit, 3, Q_SPARSE, 1, overlap=True)[0]["ARM_TICKET"]
+    # phase 1 arms dense q's rescan tickets where the plan has them (v5 step 39), no others
+    assert launch_constants(replace(plan, ticket=True), 3, Q_DENSE, 1, overlap=True)[0][
+        "ARM_TICKET"
+    ]
+    assert not launch_constants(replace(plan, ticket=True), 3, Q_SPARSE, 1, overlap=True)[0][
+        "ARM_TICKET"
+    ]
     assert phase2 == {
         **shape, "S": 1, "S_P2": 2, "Q_MODE": Q_DENSE, "NSPLIT_P2": 8, "BLOCK_F": 16,
         "OVERLAP": True, "SUPPORT_TILE": 0, "CARVEOUT": 7,
@@ -396,11 +391,6 @@ def test_launch_constants_of_a_flat_sparse_plan() -> None:
     assert (stats["GROUPS"], stats["TMA"], stats["KIND_ORDER"]) == (4, True, True)
     assert (phase2["S_P2"], phase2["NSPLIT_P2"], phase2["BLOCK_F"]) == (512, 16, 128)
     assert (phase2["SUPPORT_TILE"], phase2["CARVEOUT"], phase2["OVERLAP"]) == (128, -1, False)
-    # phase 1 counts the drafts in the support's tiles: 3 tiles of 128 over 9 chunks, one
-    # round; 40 tiles of 128 over the 9 chunks' programs, five rounds
-    assert (stats["S"], stats["COUNT_TILE"], stats["COUNT_ROUNDS"]) == (300, 128, 1)
-    assert launch_constants(plan, 6, Q_SPARSE, 5000, overlap=False)[0]["COUNT_ROUNDS"] == 5
-    assert launch_constants(plan, 6, Q_NONE, 1, overlap=False)[0]["COUNT_TILE"] == 0
     assert launch_constants(plan, 6, Q_NONE, 1, overlap=False)[1]["SUPPORT_TILE"] == 0
     assert (
         launch_constants(replace(plan, kind_order=False), 6, Q_SPARSE, 300, overlap=False)[0][
@@ -413,7 +403,7 @@ def test_launch_constants_of_a_flat_sparse_plan() -> None:
 # ---- verify_chain without a launch
 
 
-_KERNELS = ("stats", "rescan", "support", "finish")
+_KERNELS = ("stats", "rescan", "counts", "support", "finish")
 
 
 @pytest.fixture
@@ -538,8 +528,7 @@ def test_buffers_and_launches_without_q(launches: dict[str, LaunchRecorder]) -> 
     q_strides = [finish.args[f"stride_q{axis}"] for axis in ("b", "k", "s", "db", "dk", "dv")]
     assert q_strides == [0] * 6
     assert stats.args["logits_desc"] is None  # no TMA descriptor without TMA
-    assert not (launches["rescan"].launches or launches["support"].launches)
-    assert (stats.meta["COUNT_TILE"], stats.meta["ARM_TICKET"]) == (0, False)  # nothing counted
+    assert not (launches["rescan"].launches or launches["counts"].launches)
 
 
 def test_q_strides_and_denominator_reach_phase_2(launches: dict[str, LaunchRecorder]) -> None:
@@ -577,14 +566,14 @@ def test_overlapped_launches_are_programmatic_dependent_ones(
     launches: dict[str, LaunchRecorder], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Where the launches overlap (sm_90), phase 1 is told so and every phase-2 launch
-    (rescan, support, finish) is a programmatic dependent launch; phase 1 is not."""
+    (rescan, counts, support, finish) is a programmatic dependent launch; phase 1 is not."""
     monkeypatch.setattr(selector_module, "overlaps", lambda plan, device: True)
     _call(replace(_BASE, support_tile=128), q="sparse", support=300)
     _call(_BASE, q="dense")
     stats = launches["stats"].launches
     assert all(launch.meta["OVERLAP"] is True for launch in stats)
     assert all("launch_pdl" not in launch.meta for launch in stats)
-    for name in ("rescan", "support", "finish"):
+    for name in ("rescan", "counts", "support", "finish"):
         assert launches[name].launches, name
         for launch in launches[name].launches:
             assert launch.meta["launch_pdl"] is True and launch.meta["OVERLAP"] is True, name
@@ -681,7 +670,7 @@ def test_only_the_finish_launch_takes_its_carveout_and_register_cap(
     (finish,) = launches["finish"].launches
     assert finish.meta["CARVEOUT"] == 7 and finish.meta["maxnreg"] == 128
     others = [launch for name in _KERNELS[:-1] for launch in launches[name].launches]
-    assert len(others) == {"none": 1, "sparse": 2, "dense": 2}[q]
+    assert len(others) == {"none": 1, "sparse": 3, "dense": 2}[q]
     assert all(o.meta["CARVEOUT"] == 100 and "maxnreg" not in o.meta for o in others)
     assert asked == [100] * len(others) + [7]  # the finish launches last
     asked.clear()
@@ -695,27 +684,21 @@ def test_only_the_finish_launch_takes_its_carveout_and_register_cap(
 def test_split_support_buffers_and_launches(
     launches: dict[str, LaunchRecorder], ticket: bool
 ) -> None:
-    """support_tile 128 over 300 slots: 3 tiles. Phase 1 counts the drafts in those tiles
-    (3 tiles over 2 chunks: two rounds) and arms the tickets where the plan has them; the
-    support launch runs over (blocks, tiles) at support_warps, then the finish, or none
-    with the ticket; per draft row and tile the draft's count and the tile's mass (int64)
-    and its verdict (int8), one ticket per block, two fp64 sums per request, tile and
-    chunk."""
+    """support_tile 128 over 300 slots: 3 tiles. Counts over (blocks, K), support over
+    (blocks, tiles) at support_warps, then the finish, or none with the ticket; each draft
+    row's count (int32) and verdict (int8), one ticket per block, two fp64 sums per
+    request, tile and chunk."""
     plan = replace(_BASE, support_tile=128, support_warps=2, finish_warps=8, ticket=ticket)
     _call(plan, q="sparse", support=300)
-    (stats,) = launches["stats"].launches
+    (counts,) = launches["counts"].launches
     (support,) = launches["support"].launches
-    assert support.grid == (2, 3) and support.meta["num_warps"] == 2
-    assert (stats.meta["COUNT_TILE"], stats.meta["COUNT_ROUNDS"], stats.meta["S"]) == (128, 2, 300)
-    assert stats.meta["ARM_TICKET"] is ticket and support.meta["TICKET"] is ticket
+    assert counts.grid == (2, 2) and support.grid == (2, 3)
+    assert counts.meta["num_warps"] == 8 and support.meta["num_warps"] == 2
+    assert counts.meta["TICKET"] is ticket and support.meta["TICKET"] is ticket
     assert len(launches["finish"].launches) == (0 if ticket else 1)
     args = support.args
-    assert args["count_ptr"].shape == (3, 2, 3, 2) and args["count_ptr"].dtype == torch.int64
-    assert args["q_bad_ptr"].shape == (3, 2, 3) and args["q_bad_ptr"].dtype == torch.int8
-    assert stats.args["count_ptr"] is args["count_ptr"]
-    assert stats.args["q_bad_ptr"] is args["q_bad_ptr"]
-    assert stats.args["ticket_ptr"] is args["ticket_ptr"]
-    assert stats.args["qid_ptr"] is args["qid_ptr"] and stats.args["draft_ptr"] is args["draft_ptr"]
+    assert args["count_ptr"].shape == (3, 2) and args["count_ptr"].dtype == torch.int32
+    assert args["q_bad_ptr"].shape == (3, 2) and args["q_bad_ptr"].dtype == torch.int8
     assert args["ticket_ptr"].shape == (2,)
     assert args["sup_e_ptr"].shape == args["sup_r_ptr"].shape == (3, 3, 2)
     assert args["sup_e_ptr"].dtype == torch.float64
@@ -724,19 +707,17 @@ def test_split_support_buffers_and_launches(
 
 
 def test_split_support_without_drafts_only_finishes(launches: dict[str, LaunchRecorder]) -> None:
-    """K = 0: no draft row to count and no stop row that rejects, so the support launch
-    does not run, phase 1 arms no ticket, and the finish runs even with a ticket; the draft pointer
-    is a [B, 1] column of NO_TOKEN with a zero draft stride, the counts [B, max(K, 1),
-    tiles, 2]."""
+    """K = 0: no draft row to count and no stop row that rejects, so neither the counts
+    nor the support launch runs, and the finish runs even with a ticket; the draft pointer
+    is a [B, 1] column of NO_TOKEN with a zero draft stride, the counts [B, max(K, 1)]."""
     plan = replace(_BASE, support_tile=128, ticket=True)
     _call(plan, rows=1, q="sparse", support=300)
-    assert not launches["support"].launches
-    assert launches["stats"].launches[0].meta["ARM_TICKET"] is False
+    assert not (launches["counts"].launches or launches["support"].launches)
     (finish,) = launches["finish"].launches
     assert finish.args["draft_ptr"].shape == (3, 1)
     assert bool((finish.args["draft_ptr"] == -1).all())
     assert finish.args["stride_dk"] == 0
-    assert finish.args["count_ptr"].shape == (3, 1, 3, 2)  # one row per request, never read
+    assert finish.args["count_ptr"].shape == (3, 1)  # one count per request, never read
 
 
 def test_one_draft_is_counted_and_drawn_from(launches: dict[str, LaunchRecorder]) -> None:
@@ -745,9 +726,9 @@ def test_one_draft_is_counted_and_drawn_from(launches: dict[str, LaunchRecorder]
     with the ticket, finishes in the support launch."""
     plan = replace(_BASE, support_tile=128, ticket=True)
     _call(plan, rows=2, q="sparse", support=300)
-    (stats,) = launches["stats"].launches
+    (counts,) = launches["counts"].launches
     (support,) = launches["support"].launches
-    assert support.grid == (2, 3) and stats.meta["ARM_TICKET"] is True
+    assert counts.grid == (2, 1) and support.grid == (2, 3)
     assert not launches["finish"].launches
     assert bool((support.args["draft_ptr"] == 0).all())  # the caller's drafts: zeros
 

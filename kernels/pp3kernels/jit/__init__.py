@@ -5,10 +5,10 @@ Modules (each ``@triton.jit`` function's docstring states its maths):
 - ``chain``   the selector's kernels, ``chain_stats_kernel`` (phase 1: per-chunk row
               statistics), ``chain_finish_kernel`` (phase 2: combine, walk the chain,
               draw the stop row's token), ``chain_rescan_kernel`` (dense q, between
-              them: the rejected rows' exact chunk masses), ``chain_support_kernel``
-              (sparse q of a wide support, between them: the stop row's support sums per
-              chunk, by tiles of slots, after phase 1 counted the draft rows' slots), and
-              their device helpers
+              them: the rejected rows' exact chunk masses), ``chain_counts_kernel`` and
+              ``chain_support_kernel`` (sparse q of a wide support, between them: the
+              draft rows' counts, then the stop row's support sums per chunk, by tiles
+              of slots), and their device helpers
 - ``philox``  in-kernel Philox4x32-10 words and the contract's two uniforms, and
               ``philox_kat_kernel``, which runs Triton's generator on given words
 - ``launch``  the typed edge: ``Launchable`` and the q-form codes ``Q_NONE``/``Q_SPARSE``/
@@ -29,6 +29,7 @@ from pp3kernels.jit.launch import Q_DENSE, Q_NONE, Q_SPARSE, Launchable
 chain_stats_kernel: Launchable = _chain.chain_stats_kernel
 chain_finish_kernel: Launchable = _chain.chain_finish_kernel
 chain_rescan_kernel: Launchable = _chain.chain_rescan_kernel
+chain_counts_kernel: Launchable = _chain.chain_counts_kernel
 chain_support_kernel: Launchable = _chain.chain_support_kernel
 philox_kat_kernel: Launchable = _philox.philox_kat_kernel
 
@@ -37,6 +38,7 @@ __all__ = [
     "Q_NONE",
     "Q_SPARSE",
     "Launchable",
+    "chain_counts_kernel",
     "chain_finish_kernel",
     "chain_rescan_kernel",
     "chain_stats_kernel",

@@ -486,58 +486,6 @@ def _kind_ordered_rows(temp_ptr, first_row, B, K: tl.constexpr, BLOCK_R: tl.cons
     return req, row, mask_r, pure, any_t1, any_t0
 
 
-@triton.jit
-def _phase1_counts(
-    q_sparse,
-    drafts,
-    counted,
-    req64,
-    row,
-    drow,
-    pid_s,
-    NSPLIT,
-    V,
-    K: tl.constexpr,
-    S: tl.constexpr,
-    TILE: tl.constexpr,
-    ROUNDS: tl.constexpr,
-):
-    """Sparse q's slots counted in phase 1, for the draft rows ``drow`` of a block (request
-    ``req64``, chain row ``row`` < K): in the program of chunk c, the tiles t = c, c +
-    NSPLIT, ... of TILE slots; for each, the count of the row's draft x among the tile's
-    slots and the tile's total count, at [b, k, t, 0 / 1] of an int64 [B, K, T, 2] buffer,
-    and whether a slot of it breaks a per-slot rule (``_slot_tile``), at [b, k, t] of an
-    int8 [B, K, T] one (T = cdiv(S, TILE); ROUNDS = cdiv(T, NSPLIT), from the host, so that
-    the loop's bounds are compile-time). The phase-2 kernels add the tiles (integers:
-    exact in any order) and apply the row rules (``_counted_tiles``)."""
-    qid_ptr, qcnt_ptr, stride_qb, stride_qk, stride_qs = q_sparse
-    draft_ptr, stride_db, stride_dk = drafts
-    count_ptr, q_bad_ptr = counted
-    TILES: tl.constexpr = (S + TILE - 1) // TILE
-    rows = row.to(tl.int64)
-    draft = tl.load(draft_ptr + req64 * stride_db + rows * stride_dk, mask=drow, other=_NO_TOKEN)
-    # _slot_tile's [requests, rows] pairs as [block rows, 1]: each row's own offset in q
-    q_row = req64 * stride_qb + rows * stride_qk
-    one = tl.zeros([1], dtype=tl.int64)
-    for i in range(ROUNDS):
-        t = i * NSPLIT + pid_s
-        here = drow & (t < TILES)  # (a tile past the last: its slots are past S, unread)
-        count, q_mass, malformed, _sid, _positive = _slot_tile(
-            (qid_ptr, qcnt_ptr, 1, 0, stride_qs),
-            q_row,
-            one,
-            here[:, None],
-            draft[:, None],
-            t * TILE + tl.arange(0, TILE),
-            S,
-            V,
-        )
-        counted_at = (req64 * K + rows) * TILES + t
-        tl.store(count_ptr + 2 * counted_at, tl.sum(count, axis=1).to(tl.int64), mask=here)
-        tl.store(count_ptr + 2 * counted_at + 1, tl.sum(q_mass, axis=1), mask=here)
-        tl.store(q_bad_ptr + counted_at, tl.max(malformed.to(tl.int8), axis=1), mask=here)
-
-
 # NSPLIT stays a runtime value even when it is 1: one code path for every split count.
 @triton.jit(do_not_specialize=["NSPLIT"])
 def chain_stats_kernel(
@@ -551,16 +499,6 @@ def chain_stats_kernel(
     part_arg_ptr,
     part_flag_ptr,
     ticket_ptr,
-    draft_ptr,
-    stride_db,
-    stride_dk,
-    qid_ptr,
-    qcnt_ptr,
-    stride_qb,
-    stride_qk,
-    stride_qs,
-    count_ptr,
-    q_bad_ptr,
     B,
     V,
     CHUNK: tl.constexpr,
@@ -577,9 +515,6 @@ def chain_stats_kernel(
     TMA: tl.constexpr,
     KIND_ORDER: tl.constexpr,
     ARM_TICKET: tl.constexpr,
-    S: tl.constexpr,
-    COUNT_TILE: tl.constexpr,
-    COUNT_ROUNDS: tl.constexpr,
     CARVEOUT: tl.constexpr,  # not read: see pp3kernels.carveout
 ):
     """Phase 1: per-row partial statistics of one vocabulary chunk for a block of rows.
@@ -608,15 +543,10 @@ def chain_stats_kernel(
     program lets that launch start at once, so that its programs read their inputs while
     this grid runs; they wait for this grid before reading the partials.
 
-    ARM_TICKET (LaunchPlan.ticket, dense q or a split support): the programs of chunk 0 set
-    the ticket of each phase-2 request block their rows belong to (int32 at ``ticket_ptr`` +
-    b // BLOCK_B) to 0 for this call; ``chain_rescan_kernel``'s or
-    ``chain_support_kernel``'s programs take it only after their wait for this grid.
-
-    COUNT_TILE > 0 (sparse q split over support tiles): each draft row of the block (i < K)
-    also counts q's slots, tile t of COUNT_TILE slots in the program of chunk t mod NSPLIT
-    (``_phase1_counts``; COUNT_ROUNDS = cdiv(cdiv(S, COUNT_TILE), NSPLIT)), so that no
-    launch of its own reads them.
+    ARM_TICKET (dense q with LaunchPlan.ticket): the programs of chunk 0 set the ticket of
+    each phase-2 request block their rows belong to (int32 at ``ticket_ptr`` + b // BLOCK_B)
+    to 0 for this call; ``chain_rescan_kernel``'s programs take it only after their wait
+    for this grid.
     """
     if OVERLAP:
         # The phase-2 launch may start now: its programs read their inputs, then wait
@@ -710,22 +640,6 @@ def chain_stats_kernel(
         row_max == float("inf"), _FLAG_POSINF, 0
     )
     part = (req64 * (K + 1) + row) * NSPLIT + pid_s
-    if COUNT_TILE > 0:
-        _phase1_counts(
-            (qid_ptr, qcnt_ptr, stride_qb, stride_qk, stride_qs),
-            (draft_ptr, stride_db, stride_dk),
-            (count_ptr, q_bad_ptr),
-            req64,
-            row,
-            mask_r & (row < K),
-            pid_s,
-            NSPLIT,
-            V,
-            K,
-            S,
-            COUNT_TILE,
-            COUNT_ROUNDS,
-        )
     tl.store(part_max_ptr + part, row_max, mask=mask_r)
     tl.store(part_sum_ptr + part, row_sum, mask=mask_r)
     tl.store(part_arg_ptr + part, row_arg, mask=mask_r)
@@ -805,17 +719,6 @@ def _slot_tile(q_sparse, offs_b64, rows, drow, draft, slots, S, V):
 
 
 @triton.jit
-def _row_rules(count, q_mass, malformed, drow, draft, is_t1, proposed, den64, bad):
-    """``bad`` with integer q's row rules applied to every draft row (``drow``), given the
-    draft's count, the row's total count and whether a slot broke a per-slot rule: a
-    malformed slot, a mass other than C (0 is allowed where nothing is proposed or the
-    request is greedy), or a sampled proposal outside the support."""
-    zero_allowed = (draft < 0) | ~is_t1[:, None]
-    mass_ok = (q_mass.to(tl.float64) == den64) | ((q_mass == 0) & zero_allowed)
-    return bad | (drow & (malformed | ~mass_ok)) | (proposed & (count <= 0))
-
-
-@triton.jit
 def _sparse_q_counts(
     q_sparse,
     offs_b64,
@@ -840,7 +743,7 @@ def _sparse_q_counts(
     nothing is proposed or the request is greedy), and a sampled proposal inside the support.
     Past SLOT_TILE padded slots the rows are read in tiles of that many slots, so that the
     [BLOCK_B, R, slots] tiles stay in registers (the finish kernel: MAX_SLOT_TILE for its R
-    rows).
+    rows; ``chain_counts_kernel``: R times as many for its one row).
     """
     if S_P2 <= SLOT_TILE:
         slots = tl.arange(0, S_P2)
@@ -864,7 +767,10 @@ def _sparse_q_counts(
             count += tile_count
             q_mass += tile_mass
             malformed = malformed | tile_bad
-    return count, _row_rules(count, q_mass, malformed, drow, draft, is_t1, proposed, den64, bad)
+    zero_allowed = (draft < 0) | ~is_t1[:, None]
+    mass_ok = (q_mass.to(tl.float64) == den64) | ((q_mass == 0) & zero_allowed)
+    bad = bad | (drow & (malformed | ~mass_ok)) | (proposed & (count <= 0))
+    return count, bad
 
 
 @triton.jit
@@ -1612,40 +1518,6 @@ def _stop_row_slots(draft_row_slots, at_stop):
 
 
 @triton.jit
-def _counted_tiles(
-    q_counted,
-    offs_b64,
-    rows,
-    drow,
-    draft,
-    is_t1,
-    proposed,
-    den64,
-    bad,
-    K: tl.constexpr,
-    S: tl.constexpr,
-    S_P2: tl.constexpr,
-    SUPPORT_TILE: tl.constexpr,
-):
-    """Sparse q split over support tiles: (n, bad) for every draft row from what phase 1
-    wrote per tile of SUPPORT_TILE slots (``_phase1_counts``: the draft's count and the
-    tile's mass at [b, k, t, 0 / 1] of an int64 buffer, the tile's per-slot verdict at
-    [b, k, t] of an int8 one): n and the row's mass are the tiles' integer sums (exact, in
-    any order), and ``bad`` gains the row rules on them (``_row_rules``)."""
-    count_ptr, q_bad_ptr = q_counted
-    TILES: tl.constexpr = (S + SUPPORT_TILE - 1) // SUPPORT_TILE
-    TILES_P2: tl.constexpr = (S_P2 + SUPPORT_TILE - 1) // SUPPORT_TILE
-    tiles = tl.arange(0, TILES_P2)
-    cidx = (offs_b64[:, None, None] * K + rows[None, :, None]) * TILES + tiles[None, None, :]
-    cmask = drow[:, :, None] & (tiles < TILES)[None, None, :]
-    count = tl.sum(tl.load(count_ptr + 2 * cidx, mask=cmask, other=0), axis=2)
-    q_mass = tl.sum(tl.load(count_ptr + 2 * cidx + 1, mask=cmask, other=0), axis=2)
-    malformed = tl.max(tl.load(q_bad_ptr + cidx, mask=cmask, other=0).to(tl.int32), axis=2) != 0
-    bad = _row_rules(count, q_mass, malformed, drow, draft, is_t1, proposed, den64, bad)
-    return count.to(tl.int32), bad
-
-
-@triton.jit
 def _chain_stop(
     logits,
     drafts,
@@ -1677,7 +1549,7 @@ def _chain_stop(
     """Phase 2, steps 1-2 for the requests ``offs_b``: their rows' statistics from the
     partials and the chain's stop row. Every phase-2 kernel after the counts runs it, so
     that they agree. Sparse q with SUPPORT_TILE > 0 takes each draft row's count and q
-    verdict from ``q_counted`` (phase 1 wrote them per tile; read after the wait),
+    verdict from ``q_counted`` (``chain_counts_kernel`` wrote them; read after the wait),
     otherwise reads q's slots here (``_sparse_q_counts``). With PREFETCH (sparse q), it
     also reads the slots ``prefetch`` of every draft row and the logits at their ids before
     the wait (``_draft_row_slots``), so that the stop row's support terms need no load after
@@ -1756,21 +1628,10 @@ def _chain_stop(
         )
     if Q_MODE == _Q_SPARSE:
         if SUPPORT_TILE > 0:
-            count, bad = _counted_tiles(
-                q_counted,
-                offs_b64,
-                rows,
-                drow,
-                draft,
-                is_t1,
-                proposed,
-                den64,
-                bad,
-                K,
-                S,
-                S_P2,
-                SUPPORT_TILE,
-            )
+            count_ptr, q_bad_ptr = q_counted
+            counted = offs_b64[:, None] * K + rows[None, :]
+            count = tl.load(count_ptr + counted, mask=drow, other=0)
+            bad = bad | (tl.load(q_bad_ptr + counted, mask=drow, other=0) != 0)
 
     # ---- 3. The chain, all rows at once: accept[i] for every draft row, then the first
     # failure is the stop row (K when every draft is accepted: the bonus row).
@@ -2092,6 +1953,109 @@ def chain_rescan_kernel(
 
 
 @triton.jit(do_not_specialize=["NSPLIT"])
+def chain_counts_kernel(
+    logits_ptr,
+    stride_lb,
+    stride_lk,
+    stride_lv,
+    draft_ptr,
+    stride_db,
+    stride_dk,
+    qid_ptr,
+    qcnt_ptr,
+    stride_qb,
+    stride_qk,
+    stride_qs,
+    qdense_ptr,
+    stride_qdb,
+    stride_qdk,
+    stride_qdv,
+    temp_ptr,
+    seed_ptr,
+    pos_ptr,
+    part_max_ptr,
+    part_sum_ptr,
+    part_arg_ptr,
+    part_flag_ptr,
+    scratch_ptr,
+    mass_ptr,
+    count_ptr,
+    q_bad_ptr,
+    ticket_ptr,
+    sup_e_ptr,
+    sup_r_ptr,
+    B,
+    V,
+    CHUNK: tl.constexpr,
+    NSPLIT,
+    denominator_f,
+    K: tl.constexpr,
+    R: tl.constexpr,
+    S: tl.constexpr,
+    S_P2: tl.constexpr,
+    Q_MODE: tl.constexpr,
+    NSPLIT_P2: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+    OVERLAP: tl.constexpr,
+    SUPPORT_TILE: tl.constexpr,
+    TICKET: tl.constexpr,
+    CARVEOUT: tl.constexpr,  # not read: see pp3kernels.carveout
+):
+    """Phase 2a, sparse q with SUPPORT_TILE > 0 (grid: request blocks x the K draft rows):
+    for draft row k of every request, the count n of its draft x in q's row and whether q
+    breaks a rule there (``_sparse_q_counts``: the finish kernel's own checks), written to
+    count[b, k] (int32) and q_bad[b, k] (int8) of two [B, K] buffers.
+
+    q's slots are all this reads (no logits, no partials): a row's S slots in tiles of R x
+    MAX_SLOT_TILE, one row a program, so that the K S slots of a request are read by K
+    programs at once instead of in turn by one. With OVERLAP it runs while phase 1 does, and
+    waits for phase 1 before it exits, so that the launches after it, which wait for this
+    one, see phase 1's partials too.
+    """
+    if OVERLAP:
+        gdc_launch_dependents()
+    pid_b = tl.program_id(0)
+    k = tl.program_id(1)
+    offs_b, mask_b, is_t1, _inv_tau, _seed, _position = _requests(
+        pid_b, B, temp_ptr, seed_ptr, pos_ptr, BLOCK_B
+    )
+    offs_b64 = offs_b.to(tl.int64)
+    rows = k + tl.arange(0, 1)
+    drow = mask_b[:, None] & (rows < K)[None, :]
+    draft = tl.load(
+        draft_ptr + offs_b64[:, None] * stride_db + rows[None, :] * stride_dk,
+        mask=drow,
+        other=_NO_TOKEN,
+    )
+    proposed = is_t1[:, None] & drow & (draft >= 0) & (draft < V)
+    den64 = tl.zeros([BLOCK_B, 1], dtype=tl.float64) + denominator_f
+    count, q_bad = _sparse_q_counts(
+        (qid_ptr, qcnt_ptr, stride_qb, stride_qk, stride_qs),
+        offs_b64,
+        rows,
+        drow,
+        draft,
+        is_t1,
+        proposed,
+        den64,
+        tl.zeros_like(draft) != 0,
+        V,
+        S,
+        S_P2,
+        R * _MAX_SLOT_TILE,
+    )
+    counted = offs_b64[:, None] * K + rows[None, :]
+    tl.store(count_ptr + counted, count, mask=drow)
+    tl.store(q_bad_ptr + counted, q_bad.to(tl.int8), mask=drow)
+    if TICKET:
+        if k == 0:  # the support launch's ticket of this request block, armed for this call
+            tl.store(ticket_ptr + pid_b, 0)
+    if OVERLAP:
+        gdc_wait()  # exit only after phase 1: the next launch waits for this one alone
+
+
+@triton.jit(do_not_specialize=["NSPLIT"])
 def chain_support_kernel(
     logits_ptr,
     stride_lb,
@@ -2157,8 +2121,8 @@ def chain_support_kernel(
     spread over S / SUPPORT_TILE programs instead of one.
 
     With TICKET (step 28) there is no finish launch: after storing its sums each program
-    takes a ticket of its request block (an atomic counter that phase 1 sets to 0 each
-    call, ARM_TICKET), and the one that draws TILES - 1, the last to arrive, runs the finish's
+    takes a ticket of its request block (an atomic counter that chain_counts_kernel sets to
+    0 each call), and the one that draws TILES - 1, the last to arrive, runs the finish's
     step 3 and outputs (``_finish_requests``) for the block; the acquire-release atomic
     makes every other program's stored sums visible to it.
     """
