@@ -15,6 +15,15 @@ chunk masses corrected (sparse q: the rescan test's value), 4 the chunk picked, 
 drawn. The copy compiles to a slightly different program (a register per stamp, stores),
 so its times are the instrumented program's; what it is for is the split between steps.
 
+With ``--ticket``, the ticketed support launch instead (sparse q of 128 slots or more below
+16 requests: every tile program of a request runs steps 0-2, then stores its support sums,
+6, and takes the request's ticket; the last to arrive, 7, finishes the request in the same
+program, 3-5). Each program stamps row (request, tile), so the tiles do not overwrite each
+other; the table follows the last arriver of every request whose stop row rejected a
+draft (the one that reaches stamp 6 and 7), and adds, in ns of %globaltimer, how long its
+ticket came after the first of the request's tiles passed the wait, and the spread of the
+tiles' stores.
+
 Each case runs N eager calls (verify_chain, validate=False, selector_ab's inputs) after two
 warm-up calls, and prints per step the median over calls and requests of the cycles since
 the previous stamp, and the same in µs at the median SM clock the calls saw (cycles between
@@ -65,6 +74,7 @@ HELPER = (
     """
 
 _STAMP_ADDR = tl.constexpr(int(__import__("os").environ.get("PP3_STAMP_ADDR", "0")))
+TILE_ROWS = tl.constexpr(32)
 """
     + read_register("clock64")
     + read_register("globaltimer")
@@ -75,7 +85,7 @@ def _stamp(x, req, SLOT: tl.constexpr):
     \"\"\"bench/finish_timeline.py: %clock64 and %globaltimer once ``x`` is ready, stored at
     [req, SLOT] and [req, 8 + SLOT] of the stamp buffer.\"\"\"
     base = tl.full([1], _STAMP_ADDR, tl.int64).to(tl.pointer_type(tl.int64))
-    slot = base + req.to(tl.int64) * 16 + SLOT
+    slot = base + (req.to(tl.int64) * TILE_ROWS + tl.program_id(1)) * 16 + SLOT
     tl.store(slot, _read_clock64(x))
     tl.store(slot + 8, _read_globaltimer(x))
 """
@@ -112,6 +122,44 @@ INSERTS = [
     ("        final = tl.where(need_sample, chosen, final)", "_stamp(chosen, offs_b, 5)", True),
 ]
 CASES = ["4 T1 point", "4 T1 sparse64", "1 T1 point", "1 T1 sparse64"]
+TILE_ROWS = 32  # stamp rows a request: one a program along grid axis 1 (support tiles)
+
+# The ticketed support launch (--ticket): stamps 1-5 as above (1 and 2 in every tile
+# program, 3-5 in the last arriver's finish), 0 at the support kernel's entry, 6 once a
+# tile's support sums are stored, 7 once the ticket is won.
+TICKET_INSERTS = [
+    (
+        "    pid_t = tl.program_id(1)\n    logits = (logits_ptr, stride_lb, stride_lk, stride_lv)",
+        "_stamp(tl.zeros([1], tl.int32) + pid_t, tl.zeros([1], tl.int32) + pid_b, 0)",
+        True,
+    ),
+    INSERTS[1],
+    INSERTS[2],
+    INSERTS[3],
+    INSERTS[4],
+    INSERTS[5],
+    (
+        "        tl.store(sup_r_ptr + idx, sup_r, mask=ok)",
+        "_stamp(tl.sum(sup_r, axis=1).to(tl.int32), offs_b, 6)",
+        True,
+    ),
+    (
+        "        # launch); the finish reads the tiles past L1 (_summed_support_tiles).\n"
+        "        if _last_to_arrive(ticket_ptr, pid_b):",
+        "    _stamp(stop_row, offs_b, 7)",
+        True,
+    ),
+]
+TICKET_CASES = ["4 T1 sparse1024", "4 T1 sparse4096", "1 T1 sparse4096"]
+TICKET_STEPS = [
+    ("wait done", 0, 1),
+    ("stop row", 1, 2),
+    ("sums stored", 2, 6),
+    ("ticket won", 6, 7),
+    ("masses corrected", 7, 3),
+    ("chunk picked", 3, 4),
+    ("token drawn", 4, 5),
+]
 
 
 def instrumented_copy(
@@ -148,7 +196,7 @@ def worker(pkg_parent: str, case: str, calls: int, result_path: str) -> None:
     """One case in this process, pp3kernels imported from the instrumented copy."""
     import torch
 
-    stamps = torch.zeros(4096 * SLOTS, dtype=torch.int64, device="cuda")
+    stamps = torch.zeros(256 * TILE_ROWS * SLOTS, dtype=torch.int64, device="cuda")
     os.environ["PP3_STAMP_ADDR"] = str(stamps.data_ptr())
     sys.path.insert(0, pkg_parent)
     sys.path.insert(1, str(ROOT / "bench"))
@@ -168,14 +216,16 @@ def worker(pkg_parent: str, case: str, calls: int, result_path: str) -> None:
         torch.cuda.synchronize()
         if call < 2:
             continue
-        got = stamps[: int(batch) * SLOTS].view(int(batch), SLOTS).tolist()
-        rows.extend(got)
+        got = stamps[: int(batch) * TILE_ROWS * SLOTS].view(int(batch), TILE_ROWS, SLOTS)
+        rows.extend(got.tolist())
     Path(result_path).write_text(json.dumps({"case": case, "rows": rows}))
 
 
-def summarise(case: str, rows: list[list[int]]) -> dict[str, Any]:
+def summarise(case: str, tiles: list[list[list[int]]]) -> dict[str, Any]:
     """Median cycles per step (stamp k - stamp k-1 over every call and request where both
-    were written), and the clock (cycles / ns between stamps 0 and 5)."""
+    were written), and the clock (cycles / ns between stamps 0 and 5); the finish kernel's
+    programs stamp their request's first row."""
+    rows = [t[0] for t in tiles]
     steps: dict[str, float] = {}
     for k in range(1, len(STEPS)):
         gaps = [r[k] - r[k - 1] for r in rows if r[k] > 0 and r[k - 1] > 0]
@@ -192,6 +242,47 @@ def summarise(case: str, rows: list[list[int]]) -> dict[str, Any]:
         "cycles": steps,
         "ghz": clock,
         "us": {name: cycles / clock / 1000 for name, cycles in steps.items()},
+    }
+
+
+def summarise_ticket(case: str, tiles: list[list[list[int]]]) -> dict[str, Any]:
+    """The ticketed support launch: per request (and call) whose last arriver stored sums
+    and won the ticket, the median cycles of each of TICKET_STEPS in that program; the
+    clock from its stamps 0 and 5; and, in ns of %globaltimer across the request's tiles,
+    the first wait passed to the ticket, the spread of the tiles' stores, and the first
+    wait passed to the token drawn."""
+    steps: dict[str, list[int]] = {name: [] for name, _a, _b in TICKET_STEPS}
+    across: dict[str, list[int]] = {"first wait -> ticket": [], "stores spread": []}
+    across["first wait -> drawn"] = []
+    ghz: list[float] = []
+    for request in tiles:
+        last = [r for r in request if r[7] > 0 and r[6] > 0 and r[5] > 0]
+        if len(last) != 1:
+            continue
+        r = last[0]
+        for name, a, b in TICKET_STEPS:
+            if r[a] > 0 and r[b] > 0:
+                steps[name].append(r[b] - r[a])
+        if r[8 + 5] > r[8 + 0]:
+            ghz.append((r[5] - r[0]) / (r[8 + 5] - r[8 + 0]))
+        waits = [t[8 + 1] for t in request if t[8 + 1] > 0]
+        stores = [t[8 + 6] for t in request if t[8 + 6] > 0]
+        if waits:
+            across["first wait -> ticket"].append(r[8 + 7] - min(waits))
+            across["first wait -> drawn"].append(r[8 + 5] - min(waits))
+        if len(stores) > 1:
+            across["stores spread"].append(max(stores) - min(stores))
+    clock = statistics.median(ghz) if ghz else float("nan")
+    cycles = {k: statistics.median(v) if v else float("nan") for k, v in steps.items()}
+    return {
+        "case": case,
+        "samples": len(steps["token drawn"]),
+        "cycles": cycles,
+        "ghz": clock,
+        "us": {name: c / clock / 1000 for name, c in cycles.items()},
+        "across_us": {
+            k: statistics.median(v) / 1000 if v else float("nan") for k, v in across.items()
+        },
     }
 
 
@@ -221,19 +312,30 @@ def run_workers(
 
 
 def main() -> int:
-    args = stamp_parser(__doc__, CASES, "calls", 50).parse_args()
+    parser = stamp_parser(__doc__, CASES, "calls", 50)
+    parser.add_argument("--ticket", action="store_true", help="the ticketed support launch")
+    args = parser.parse_args()
     if args.worker:
         worker(args.worker[0], args.worker[1], args.calls, args.worker[2])
         return 0
+    cases = TICKET_CASES if args.ticket and args.cases == CASES else args.cases
     with tempfile.TemporaryDirectory() as tmp:
-        instrumented_copy(Path(tmp))
-        got = run_workers(__file__, "calls", args.calls, tmp, args.cases)
-    results = [summarise(g["case"], g["rows"]) for g in got]
-    Path(args.out, "finish_timeline.json").write_text(json.dumps(results, indent=1))
-    print(f"{'case':16s} " + " ".join(f"{name[:12]:>12s}" for name in STEPS[1:]) + "   GHz")
+        instrumented_copy(Path(tmp), inserts=TICKET_INSERTS if args.ticket else INSERTS)
+        got = run_workers(__file__, "calls", args.calls, tmp, cases)
+    if args.ticket:
+        results = [summarise_ticket(g["case"], g["rows"]) for g in got]
+        names = [name for name, _a, _b in TICKET_STEPS]
+    else:
+        results = [summarise(g["case"], g["rows"]) for g in got]
+        names = STEPS[1:]
+    name = "support_timeline.json" if args.ticket else "finish_timeline.json"
+    Path(args.out, name).write_text(json.dumps(results, indent=1))
+    print(f"{'case':16s} " + " ".join(f"{n[:12]:>12s}" for n in names) + "   GHz")
     for r in results:
-        cells = " ".join(f"{r['us'][name]:12.3f}" for name in STEPS[1:])
+        cells = " ".join(f"{r['us'][n]:12.3f}" for n in names)
         print(f"{r['case']:16s} {cells} {r['ghz']:5.2f}   (µs; {r['samples']} programs)")
+        if "across_us" in r:
+            print("    " + ", ".join(f"{k} {v:.3f}" for k, v in r["across_us"].items()) + " µs")
     return 0
 
 
