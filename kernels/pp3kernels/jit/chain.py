@@ -915,6 +915,7 @@ def _scatter_residuals(
     """
     qid_ptr, qcnt_ptr, q_row_off, stride_qs, _qd, _qd_off, _qd_stride, inv_den = q[0:8]
     scr, scr_off, slot_id, slot_count, slot_logit = q[8:13]
+    PRELOADED: tl.constexpr = slot_id.shape[1] == S_P2 and slot_logit.shape[1] != S_P2
     if UNPIN and resid.shape[0] == 1:  # see _unpinned
         resid = _unpinned_flag(resid)
         tile_start = _unpinned(tile_start)
@@ -924,7 +925,7 @@ def _scatter_residuals(
     tile_ptrs = scr + scr_off[:, None] + tl.arange(0, BLOCK_F)[None, :]
     slots = tl.arange(0, S_P2)
     smask = resid[:, None] & (slots < S)[None, :]
-    if slot_id.shape[1] == S_P2:  # read before the wait: no load after it but the tile's
+    if slot_logit.shape[1] == S_P2:  # read before the wait: no load after it but the tile's
         lanes = tl.sum(mask_v.to(tl.int32), axis=1)
         s_pos = slot_id - tile_start[:, None]
         hit = smask & (slot_count > 0) & (s_pos >= 0) & (s_pos < lanes[:, None])
@@ -938,9 +939,13 @@ def _scatter_residuals(
     else:
         tl.debug_barrier()  # every thread is done with the scratch row's previous tile
         tl.store(tile_ptrs, e)
-        sidx = q_row_off[:, None] + slots[None, :] * stride_qs
-        s_id = tl.load(qid_ptr + sidx, mask=smask, other=_NO_TOKEN)
-        s_cnt = tl.load(qcnt_ptr + sidx, mask=smask, other=0)
+        if PRELOADED:  # ids and counts read at the ticketed finish's start
+            s_id = slot_id
+            s_cnt = slot_count
+        else:
+            sidx = q_row_off[:, None] + slots[None, :] * stride_qs
+            s_id = tl.load(qid_ptr + sidx, mask=smask, other=_NO_TOKEN)
+            s_cnt = tl.load(qcnt_ptr + sidx, mask=smask, other=0)
         s_pos = s_id - tile_start[:, None]
         hit = smask & (s_cnt > 0) & (s_pos >= 0) & (s_pos < BLOCK_F)
         s_ptrs = scr + scr_off[:, None] + s_pos
@@ -950,6 +955,21 @@ def _scatter_residuals(
         tl.store(s_ptrs, tl.maximum(e_s - q_scaled, 0.0), mask=hit)
     tl.debug_barrier()  # the residuals are stored
     return tl.load(tile_ptrs)
+
+
+@triton.jit
+def _preloaded_support(q, resid, S: tl.constexpr, S_P2: tl.constexpr):
+    """``q`` with the stop row's support ids and counts, [BLOCK_B, S_P2], read now in place of
+    the placeholders (id -1 and count 0 past S and on rows not in ``resid``): the ticketed
+    finish of a split support reads them before it adds the tiles' sums, so that the draw's
+    scatter (``_scatter_residuals``) waits on no load of q after the pick (v5 step 45)."""
+    qid_ptr, qcnt_ptr, q_stop, stride_qs = q[0:4]
+    slots = tl.arange(0, S_P2)
+    sidx = q_stop[:, None] + slots[None, :] * stride_qs
+    smask = resid[:, None] & (slots < S)[None, :]
+    s_id = tl.load(qid_ptr + sidx, mask=smask, other=_NO_TOKEN)
+    s_cnt = tl.load(qcnt_ptr + sidx, mask=smask, other=0)
+    return q[0:10] + (s_id, s_cnt, q[12])
 
 
 @triton.jit
@@ -1949,6 +1969,7 @@ def chain_rescan_kernel(
                 BLOCK_B,
                 BLOCK_F,
                 SUPPORT_TILE,
+                False,
             )
 
 
@@ -2246,6 +2267,7 @@ def chain_support_kernel(
                 BLOCK_B,
                 BLOCK_F,
                 SUPPORT_TILE,
+                True,  # PRELOAD (v5 step 45)
             )
 
 
@@ -2401,6 +2423,7 @@ def chain_finish_kernel(
         BLOCK_B,
         BLOCK_F,
         SUPPORT_TILE,
+        False,
     )
 
 
@@ -2433,12 +2456,14 @@ def _finish_requests(
     BLOCK_B: tl.constexpr,
     BLOCK_F: tl.constexpr,
     SUPPORT_TILE: tl.constexpr,
+    PRELOAD: tl.constexpr,
 ):
     """Phase 2, step 3 and the outputs for the requests ``offs_b``, from ``chain`` (what
     ``_chain_stop`` returned for them): the stop row's draw, then tokens, accepted and
     status (``outputs``: their pointers). The finish kernel runs it, and with TICKET the
     last program of each request block of the support launch (``chain_support_kernel``) or
-    of dense q's rescan launch (``chain_rescan_kernel``)."""
+    of dense q's rescan launch (``chain_rescan_kernel``). PRELOAD (the support launch's):
+    the stop row's support ids and counts are read first (``_preloaded_support``)."""
     (
         status,
         stop_row,
@@ -2478,6 +2503,8 @@ def _finish_requests(
             stop_slots,
             BLOCK_F,
         )
+        if PRELOAD and Q_MODE == _Q_SPARSE and SUPPORT_TILE > 0 and S > _MAX_LOOPED_SLOTS:
+            q = _preloaded_support(q, resid, S, S_P2)
         full_mass = _chunk_masses(p_max, p_sum, at_stop, stop_max, inv_tau)
         mass = full_mass
         if Q_MODE == _Q_SPARSE and SUPPORT_TILE > 0:
