@@ -1538,6 +1538,17 @@ def _stop_row_slots(draft_row_slots, at_stop):
 
 
 @triton.jit
+def _counted_rows(q_counted, offs_b64, rows, drow, bad, K: tl.constexpr):
+    """(count, bad): each draft row's count n of its draft, and ``bad`` with its q verdict,
+    as chain_counts_kernel wrote them ([B, K] each, at ``q_counted``)."""
+    count_ptr, q_bad_ptr = q_counted
+    counted = offs_b64[:, None] * K + rows[None, :]
+    count = tl.load(count_ptr + counted, mask=drow, other=0)
+    bad = bad | (tl.load(q_bad_ptr + counted, mask=drow, other=0) != 0)
+    return count, bad
+
+
+@triton.jit
 def _chain_stop(
     logits,
     drafts,
@@ -1643,15 +1654,15 @@ def _chain_stop(
         draft_row_slots = _draft_row_slots(logits, q_sparse, offs_b64, rows, t1_2d, prefetch, S, V)
     if OVERLAP:
         gdc_wait()  # the launches before (phase 1, and the rescan or counts) done, visible
+        if Q_MODE == _Q_SPARSE and SUPPORT_TILE > 0:
+            # The counts launch's results, loaded before the partials' reductions (their
+            # block barriers) so that the two reads overlap (v5 step 46).
+            count, bad = _counted_rows(q_counted, offs_b64, rows, drow, bad, K)
         p_max, p_sum, r_max, r_sum, greedy, status = _row_statistics(
             partials, offs_b64, rows, valid, splits, split_ok, inv_tau, NSPLIT, K, MERGED
         )
-    if Q_MODE == _Q_SPARSE:
-        if SUPPORT_TILE > 0:
-            count_ptr, q_bad_ptr = q_counted
-            counted = offs_b64[:, None] * K + rows[None, :]
-            count = tl.load(count_ptr + counted, mask=drow, other=0)
-            bad = bad | (tl.load(q_bad_ptr + counted, mask=drow, other=0) != 0)
+    elif Q_MODE == _Q_SPARSE and SUPPORT_TILE > 0:
+        count, bad = _counted_rows(q_counted, offs_b64, rows, drow, bad, K)
 
     # ---- 3. The chain, all rows at once: accept[i] for every draft row, then the first
     # failure is the stop row (K when every draft is accepted: the bonus row).
