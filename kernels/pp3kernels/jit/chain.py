@@ -829,9 +829,10 @@ def _row_weights(
     e = tl.exp((logit - row_max[:, None]) * inv_tau[:, None])
     e = tl.where(mask_v, e, 0.0)
     if Q_MODE == _Q_SPARSE and S > _MAX_LOOPED_SLOTS:
-        e = _scatter_residuals(
-            e, mask_v, q, resid, tile_start, row_max, row_sum, inv_tau, S, S_P2, BLOCK_F, UNPIN
-        )
+        if tl.max(resid.to(tl.int32), axis=0) > 0:  # else no weight changes (v5 step 45b)
+            e = _scatter_residuals(
+                e, mask_v, q, resid, tile_start, row_max, row_sum, inv_tau, S, S_P2, BLOCK_F, UNPIN
+            )
     elif Q_MODE == _Q_SPARSE:
         for s in range(S):
             sid = tl.load(qid_ptr + q_row_off + s * stride_qs, mask=resid, other=_NO_TOKEN)
@@ -1538,17 +1539,6 @@ def _stop_row_slots(draft_row_slots, at_stop):
 
 
 @triton.jit
-def _counted_rows(q_counted, offs_b64, rows, drow, bad, K: tl.constexpr):
-    """(count, bad): each draft row's count n of its draft, and ``bad`` with its q verdict,
-    as chain_counts_kernel wrote them ([B, K] each, at ``q_counted``)."""
-    count_ptr, q_bad_ptr = q_counted
-    counted = offs_b64[:, None] * K + rows[None, :]
-    count = tl.load(count_ptr + counted, mask=drow, other=0)
-    bad = bad | (tl.load(q_bad_ptr + counted, mask=drow, other=0) != 0)
-    return count, bad
-
-
-@triton.jit
 def _chain_stop(
     logits,
     drafts,
@@ -1654,15 +1644,15 @@ def _chain_stop(
         draft_row_slots = _draft_row_slots(logits, q_sparse, offs_b64, rows, t1_2d, prefetch, S, V)
     if OVERLAP:
         gdc_wait()  # the launches before (phase 1, and the rescan or counts) done, visible
-        if Q_MODE == _Q_SPARSE and SUPPORT_TILE > 0:
-            # The counts launch's results, loaded before the partials' reductions (their
-            # block barriers) so that the two reads overlap (v5 step 46).
-            count, bad = _counted_rows(q_counted, offs_b64, rows, drow, bad, K)
         p_max, p_sum, r_max, r_sum, greedy, status = _row_statistics(
             partials, offs_b64, rows, valid, splits, split_ok, inv_tau, NSPLIT, K, MERGED
         )
-    elif Q_MODE == _Q_SPARSE and SUPPORT_TILE > 0:
-        count, bad = _counted_rows(q_counted, offs_b64, rows, drow, bad, K)
+    if Q_MODE == _Q_SPARSE:
+        if SUPPORT_TILE > 0:
+            count_ptr, q_bad_ptr = q_counted
+            counted = offs_b64[:, None] * K + rows[None, :]
+            count = tl.load(count_ptr + counted, mask=drow, other=0)
+            bad = bad | (tl.load(q_bad_ptr + counted, mask=drow, other=0) != 0)
 
     # ---- 3. The chain, all rows at once: accept[i] for every draft row, then the first
     # failure is the stop row (K when every draft is accepted: the bonus row).
