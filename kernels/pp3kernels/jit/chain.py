@@ -828,8 +828,28 @@ def _row_weights(
     logit = tl.load(ptrs, mask=mask_v, other=float("-inf")).to(tl.float32)
     e = tl.exp((logit - row_max[:, None]) * inv_tau[:, None])
     e = tl.where(mask_v, e, 0.0)
+    PRELOADED: tl.constexpr = q[10].shape[1] == S_P2 and q[12].shape[1] != S_P2
     if Q_MODE == _Q_SPARSE and S > _MAX_LOOPED_SLOTS:
-        if tl.max(resid.to(tl.int32), axis=0) > 0:  # else no weight changes (v5 step 45b)
+        if PRELOADED:
+            # q's ids and counts preloaded (the ticketed finish, v5 step 45): a request block
+            # with no rejected stop row skips the scatter, which would change no weight
+            # (step 45c; elsewhere the branch made B64 S = 1024's finish 4.6% slower).
+            if tl.max(resid.to(tl.int32), axis=0) > 0:
+                e = _scatter_residuals(
+                    e,
+                    mask_v,
+                    q,
+                    resid,
+                    tile_start,
+                    row_max,
+                    row_sum,
+                    inv_tau,
+                    S,
+                    S_P2,
+                    BLOCK_F,
+                    UNPIN,
+                )
+        else:
             e = _scatter_residuals(
                 e, mask_v, q, resid, tile_start, row_max, row_sum, inv_tau, S, S_P2, BLOCK_F, UNPIN
             )
