@@ -40,7 +40,26 @@ def _draw_kernel(  # type: ignore[no-untyped-def]
     row_max = tl.zeros([1], dtype=tl.float32) + row_max_value
     one = tl.zeros([1], dtype=tl.float32) + 1.0
     row = (logits_ptr, zero, 1, row_max, one, one)
-    q = (logits_ptr, logits_ptr, zero, 1, logits_ptr, zero, 1, 1.0)  # point q: never read
+    # q as the module docstring of pp3kernels.jit.chain lays it out (13 entries; point q,
+    # Q_MODE 0: never read), its slots the [BLOCK_B, 1] placeholders of a call that reads them
+    # itself.
+    slot = tl.zeros([1, 1], dtype=tl.int32)
+    no_logit = tl.zeros([1, 1], dtype=tl.float32)
+    q = (
+        logits_ptr,
+        logits_ptr,
+        zero,
+        1,
+        logits_ptr,
+        zero,
+        1,
+        1.0,
+        logits_ptr,
+        zero,
+        slot,
+        slot,
+        no_logit,
+    )
     resid = tl.zeros([1], dtype=tl.int1)
     live = tl.zeros([1], dtype=tl.int32) == 0
     start = tl.zeros([1], dtype=tl.int32)
