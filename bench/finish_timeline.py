@@ -45,6 +45,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SLOTS = 16
+TILE_ROWS = 32  # stamp rows a request: one a program along grid axis 1 (support tiles)
 STEPS = ["entry", "wait done", "stop row", "masses corrected", "chunk picked", "token drawn"]
 
 # A special register's value read once ``x`` (an int32 [1] value) is in a register: the read
@@ -74,7 +75,9 @@ HELPER = (
     """
 
 _STAMP_ADDR = tl.constexpr(int(__import__("os").environ.get("PP3_STAMP_ADDR", "0")))
-TILE_ROWS = tl.constexpr(32)
+TILE_ROWS = tl.constexpr("""
+    + str(TILE_ROWS)
+    + """)
 """
     + read_register("clock64")
     + read_register("globaltimer")
@@ -122,8 +125,6 @@ INSERTS = [
     ("        final = tl.where(need_sample, chosen, final)", "_stamp(chosen, offs_b, 5)", True),
 ]
 CASES = ["4 T1 point", "4 T1 sparse64", "1 T1 point", "1 T1 sparse64"]
-TILE_ROWS = 32  # stamp rows a request: one a program along grid axis 1 (support tiles)
-
 # The ticketed support launch (--ticket): stamps 1-5 as above (1 and 2 in every tile
 # program, 3-5 in the last arriver's finish), 0 at the support kernel's entry, 6 once a
 # tile's support sums are stored, 7 once the ticket is won.
@@ -196,17 +197,20 @@ def worker(pkg_parent: str, case: str, calls: int, result_path: str) -> None:
     """One case in this process, pp3kernels imported from the instrumented copy."""
     import torch
 
-    stamps = torch.zeros(256 * TILE_ROWS * SLOTS, dtype=torch.int64, device="cuda")
+    batch, temps, q = case.split()
+    stamps = torch.zeros(int(batch) * TILE_ROWS * SLOTS, dtype=torch.int64, device="cuda")
     os.environ["PP3_STAMP_ADDR"] = str(stamps.data_ptr())
     sys.path.insert(0, pkg_parent)
     sys.path.insert(1, str(ROOT / "bench"))
-    from selector_ab import make_inputs
+    from selector_ab import make_inputs, support_of
+
+    if q.startswith("sparse") and support_of(q) > TILE_ROWS * 128:  # 128: the least tile
+        raise SystemExit(f"{case}: more support tiles than the {TILE_ROWS} stamp rows a request")
 
     import pp3kernels
     from pp3kernels.selector import verify_chain
 
     assert str(Path(pp3kernels.__file__).resolve()).startswith(str(Path(pkg_parent).resolve()))
-    batch, temps, q = case.split()
     inputs = make_inputs(int(batch), temps, q, 0, 129_280, "cuda")
     rows: list[list[int]] = []
     for call in range(calls + 2):
@@ -252,8 +256,11 @@ def summarise_ticket(case: str, tiles: list[list[list[int]]]) -> dict[str, Any]:
     the first wait passed to the ticket, the spread of the tiles' stores, and the first
     wait passed to the token drawn."""
     steps: dict[str, list[int]] = {name: [] for name, _a, _b in TICKET_STEPS}
-    across: dict[str, list[int]] = {"first wait -> ticket": [], "stores spread": []}
-    across["first wait -> drawn"] = []
+    across: dict[str, list[int]] = {
+        "first wait -> ticket": [],
+        "stores spread": [],
+        "first wait -> drawn": [],
+    }
     ghz: list[float] = []
     for request in tiles:
         last = [r for r in request if r[7] > 0 and r[6] > 0 and r[5] > 0]
