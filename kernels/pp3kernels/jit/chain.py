@@ -828,31 +828,19 @@ def _row_weights(
     logit = tl.load(ptrs, mask=mask_v, other=float("-inf")).to(tl.float32)
     e = tl.exp((logit - row_max[:, None]) * inv_tau[:, None])
     e = tl.where(mask_v, e, 0.0)
-    PRELOADED: tl.constexpr = q[10].shape[1] == S_P2 and q[12].shape[1] != S_P2
-    if Q_MODE == _Q_SPARSE and S > _MAX_LOOPED_SLOTS:
-        if PRELOADED:
-            # q's ids and counts preloaded (the ticketed finish, v5 step 45): a request block
-            # with no rejected stop row skips the scatter, which would change no weight
-            # (step 45c; elsewhere the branch made B64 S = 1024's finish 4.6% slower).
-            if tl.max(resid.to(tl.int32), axis=0) > 0:
-                e = _scatter_residuals(
-                    e,
-                    mask_v,
-                    q,
-                    resid,
-                    tile_start,
-                    row_max,
-                    row_sum,
-                    inv_tau,
-                    S,
-                    S_P2,
-                    BLOCK_F,
-                    UNPIN,
-                )
-        else:
+    SCATTER: tl.constexpr = Q_MODE == _Q_SPARSE and S > _MAX_LOOPED_SLOTS
+    if SCATTER and q[10].shape[1] == S_P2 and q[12].shape[1] != S_P2:
+        # q's ids and counts preloaded (the ticketed finish, v5 step 45): a request block
+        # with no rejected stop row skips the scatter, which would change no weight (step
+        # 45c; in every plan, the branch made B64 S = 1024's finish 4.6% slower).
+        if tl.max(resid.to(tl.int32), axis=0) > 0:
             e = _scatter_residuals(
                 e, mask_v, q, resid, tile_start, row_max, row_sum, inv_tau, S, S_P2, BLOCK_F, UNPIN
             )
+    elif SCATTER:
+        e = _scatter_residuals(
+            e, mask_v, q, resid, tile_start, row_max, row_sum, inv_tau, S, S_P2, BLOCK_F, UNPIN
+        )
     elif Q_MODE == _Q_SPARSE:
         for s in range(S):
             sid = tl.load(qid_ptr + q_row_off + s * stride_qs, mask=resid, other=_NO_TOKEN)
@@ -930,7 +918,8 @@ def _scatter_residuals(
     (q's slot tensors are [BLOCK_B, S_P2]), r_s comes from those logits, e_s =
     exp((l_s - m)/tau) as the tile computes it, on the lanes ``mask_v`` keeps (a prefix of
     the tile: its masked lanes weigh 0, as their stored e does); otherwise the ids and counts
-    are read here and e_s is gathered from the stored tile. Support ids are distinct
+    are taken from q (the ticketed finish read them first: ``_preloaded_support``) or read
+    here, and e_s is gathered from the stored tile. Support ids are distinct
     (validated; for unvalidated q with duplicate ids one of the writes wins, where the loop
     would apply both).
     """
