@@ -58,7 +58,11 @@ every input set) must be the default's bit for bit, or the script fails. Variant
   T0): phase 1 over one flat row a program (its tile [1, groups, 1024 or 2048]) or two
   (K = 5: a request's six rows make three pairs, so no block holds both kinds), without
   kind order or TMA, beside the plan's eight rows (target 4: a mixed batch's blocks of
-  both kinds run the mixed loop).
+  both kinds run the mixed loop);
+- row pairs ("pairs", point drafts at B256 and B1024, all T1, all T0 and every other
+  request T0): one pair of a request's rows a program at one warp, through TMA boxes of
+  two rows (every block of one kind, the mixed batch's too) and through pointer loads,
+  beside the plan's eight rows in kind order.
 
 A variant that leaves the default plan as it is (e.g. overlap where the plan overlaps
 already) is skipped, not timed twice.
@@ -206,6 +210,18 @@ _WIDE = {**_row_tiles((8, 256, 2, 8)), "c4096": {"chunk": 4096}}
 # stop row sums its support per chunk over that axis (target 5 at B4): 4096-token and
 # 2048-token chunks beside the plan's (the one equal to it is skipped), for every q form.
 _CHUNKS: dict[str, dict[str, Any]] = {"c4096": {"chunk": 4096}, "c2048": {"chunk": 2048}}
+# Target 4 at B256 (fifty-first session): a spread-mixed batch's kind-ordered groups hold
+# both kinds, so none of their rows are consecutive and every block reads through pointer
+# loads, while the uniform batches read through TMA boxes (greedy rows gained ~9% from them
+# at B256, twelfth session). One request's pair of rows a program (K = 5: three pairs a
+# request, so every block is of one kind and its box is two consecutive rows) at one warp:
+# the [2, 4, 128] tile keeps the default's lanes and groups, and at one warp the groups stay
+# in each thread's registers (at two, half the warps lie along the groups: sm_90a, 8 KB of
+# shared memory and 56 barriers against 3 KB and 26; and the sums over them change order).
+_PAIRS: dict[str, dict[str, Any]] = {
+    "p2 w1 tma": {"flat_rows": 2, "num_warps": 1, "kind_order": False},
+    "p2 w1 ptr": {"flat_rows": 2, "num_warps": 1, "kind_order": False, "tma": False},
+}
 # The interpreter's smoke: a split at tiles of 64 and 128 (its warps are ignored there).
 _CPU_SWEEP: dict[str, dict[str, Any]] = {
     f"tile {tile} w4": {"support_tile": tile, "support_warps": 4} for tile in (64, 128)
@@ -286,6 +302,11 @@ def cases(cpu: bool) -> list[tuple[str, int, str, str, dict[str, dict[str, Any]]
     ]
     out += [
         (f"B{b} wide vocab {t} point", b, t, "point", _WIDE) for b in (1, 3) for t in ("T1", "mix")
+    ]
+    out += [
+        (f"B{b} pairs {t} point", b, t, "point", _PAIRS)
+        for b in (256, 1024)
+        for t in ("T1", "T0", "mix")
     ]
     return out
 
