@@ -136,6 +136,15 @@ _ROW_TILE_LANES = 1024
 # 1.006; from B6 greedy calls lost 2-3% (B6 T0 1.020, B7 1.029, B8 1.027).
 _PAIR_TILE_BATCH = 6
 _PAIR_TILE_LANES = 512
+# From _TMA_BATCH requests on, where K+1 is even: one pair of a request's rows a program,
+# [2, _GROUPS_LARGE_BATCH, _ROW_PAIR_LANES] at one warp (v5 step 47, bench/NOTES.md,
+# fifty-first session, H100: B256 T1 0.981, T0 0.986, spread-mixed 0.970; B1024 0.996,
+# 0.997, 0.994; outputs identical). Every block is then one request's rows, so of one kind
+# and consecutive: TMA boxes read the spread-mixed batch's blocks too, with no kind order.
+# The lanes and groups are the eight-row tile's, and at one warp the groups stay in each
+# thread's registers (at two, half the warps lay along them: 56 barriers against 26).
+_ROW_PAIR_LANES = 128
+_ROW_PAIR_WARPS = 1
 _NUM_WARPS = 4  # interpreter and small-vocabulary plans (both phases)
 # Phase 2 (the rescan and finish launches) on the large-vocabulary plans (bench/NOTES.md,
 # "phase 2 by launch shape"): 8 warps (dense q at B4: 51 -> 32 us, B64: 122 -> 93; point
@@ -304,7 +313,8 @@ def plan_launch(
     vocabularies on a GPU: one request per program, one split (row tiles of many requests hit
     a scan-lowering assertion in Triton 3.6 on sm_90). Large vocabularies on a GPU: phase 1
     tiles consecutive flat rows a program (one row where a single request is verified, two
-    for two to five requests, R = next_power_of_2(K+1) from six), phase 2 one request a
+    for two to five requests, R = next_power_of_2(K+1) from six, and from 256 requests, where
+    K+1 is even, one request's pair of rows at one warp), phase 2 one request a
     program, and many vocabulary splits per request, so that the programs keep enough
     loads in flight to cover memory latency.
     """
@@ -337,6 +347,9 @@ def plan_launch(
     else:
         block_v = max(_MIN_BLOCK_V, _TILE_ELEMENTS_LARGE_BATCH // r)
         flat_rows, groups, warps = r, _GROUPS_LARGE_BATCH, _NUM_WARPS_LARGE_BATCH
+    row_pairs = batch >= _TMA_BATCH and rows % 2 == 0
+    if row_pairs:
+        flat_rows, block_v, warps = 2, _ROW_PAIR_LANES, _ROW_PAIR_WARPS
     shortest = _LONG_CHUNK if batch >= _LONG_CHUNK_BATCH else _CHUNK
     chunk = max(shortest, triton.cdiv(triton.cdiv(vocab, _MAX_SPLITS), _DRAW_TILE) * _DRAW_TILE)
     nsplit = triton.cdiv(vocab, chunk)
@@ -386,7 +399,8 @@ def plan_launch(
         tma=batch >= _TMA_BATCH,
         # Rows in kind order: mixed batches run sampled-only and greedy-only blocks
         # (bench/NOTES.md, step 17), from _KIND_ORDER_BATCH requests on.
-        kind_order=batch >= _KIND_ORDER_BATCH,
+        # (a pair of one request's rows holds one kind: nothing to order)
+        kind_order=batch >= _KIND_ORDER_BATCH and not row_pairs,
         support_tile=support_tile,
         support_warps=support_warps,
         ticket=ticket,
