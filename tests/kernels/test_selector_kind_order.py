@@ -191,12 +191,16 @@ def test_the_gpu_plans_order_rows_by_kind_from_256_requests_and_the_interpreter_
     None
 ):
     for batch in (1, 4, 64, 255, 256, 1024):
-        plan = plan_launch(batch, 6, 129_280, interpreter=False)
-        # one request: one flat row a program (v5 step 40), so no block of both kinds; two to
-        # five: two flat rows (steps 41-42; B5 is not in this loop)
-        flat = 1 if batch == 1 else 2 if batch <= 4 else 8
-        assert plan.kind_order == (batch >= 256) and plan.flat_rows == flat
-        constants = launch_constants(plan, 6, 0, 1, overlap=False)[0]
-        assert constants["KIND_ORDER"] is (batch >= 256)
+        for rows in (5, 6):
+            plan = plan_launch(batch, rows, 129_280, interpreter=False)
+            # one request: one flat row a program (v5 step 40), so no block of both kinds; two
+            # to five: two flat rows (steps 41-42; B5 is not in this loop); from 256 with K+1
+            # even, one request's pair of rows (step 47), of one kind: nothing to order
+            pairs = batch >= 256 and rows % 2 == 0
+            flat = 1 if batch == 1 else 2 if batch <= 4 or pairs else 8
+            ordered = batch >= 256 and not pairs
+            assert plan.kind_order == ordered and plan.flat_rows == flat, (batch, rows)
+            constants = launch_constants(plan, rows, 0, 1, overlap=False)[0]
+            assert constants["KIND_ORDER"] is ordered
     interp = plan_launch(4, 6, 129_280, interpreter=True)
     assert launch_constants(interp, 6, 0, 1, overlap=False)[0]["KIND_ORDER"] is False
