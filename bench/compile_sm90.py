@@ -278,9 +278,7 @@ def worker(
         stats_const, finish_const = launch_constants(
             plan, K + 1, q_mode, support, overlap=plan.overlap, **extra
         )
-        # a box's rows: the package's own rule where it has one (v5 step 47: box_rows)
-        rows_box = getattr(selector, "box_rows", lambda p, _r: p.flat_rows)(plan, K + 1)
-        box = f"{plan.groups}, {rows_box}, {plan.block_v}"
+        box = f"{plan.groups}, {plan.flat_rows}, {plan.block_v}"
         desc = f"tensordesc<bf16[{box}]>" if tma else None
         # CHUNK is a constexpr that verify_chain passes by position, with (B, V, NSPLIT).
         stats_const = {**stats_const, "CHUNK": plan.chunk}

@@ -218,6 +218,8 @@ _CHUNKS: dict[str, dict[str, Any]] = {"c4096": {"chunk": 4096}, "c2048": {"chunk
 # the [2, 4, 128] tile keeps the default's lanes and groups, and at one warp the groups stay
 # in each thread's registers (at two, half the warps lie along the groups: sm_90a, 8 KB of
 # shared memory and 56 barriers against 3 KB and 26; and the sums over them change order).
+# Measured (H100): the pairs through pointer loads did as well as through boxes, so the
+# gain (B256 1-3%) is the one-warp programs', not the boxes'; "p2 w1 tma" became step 47.
 _PAIRS: dict[str, dict[str, Any]] = {
     "p2 w1 tma": {"flat_rows": 2, "num_warps": 1, "kind_order": False},
     "p2 w1 ptr": {"flat_rows": 2, "num_warps": 1, "kind_order": False, "tma": False},

@@ -684,9 +684,9 @@ def test_greedy_only_blocks_see_a_nan_in_any_group_at_full_vocabulary(
     groups, 2 rows, 128 tokens] at one warp, 8 steps a chunk of 4096): all-T0 blocks take
     each step's max over its groups, which on the GPU ignores NaN (Triton's interpreter
     propagates it through every max), beside a NaN test of the step's tokens: one NaN per
-    request, at
-    every (group, step) of a chunk, in different chunks and rows and in the tail chunk, the
-    row's max before or after it; those requests are NAN, the others as the reference."""
+    request, at every (group, step) of a chunk, in different chunks and rows and in the
+    tail chunk, the row's max before or after it; those requests are NAN, the others as the
+    reference."""
     drafts = 5
     plan = plan_launch(batch, drafts + 1, VOCAB, interpreter=False)
     assert (plan.tma, plan.groups, plan.block_v) == layout and not plan.kind_order
