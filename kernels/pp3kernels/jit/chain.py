@@ -829,17 +829,44 @@ def _row_weights(
     e = tl.exp((logit - row_max[:, None]) * inv_tau[:, None])
     e = tl.where(mask_v, e, 0.0)
     SCATTER: tl.constexpr = Q_MODE == _Q_SPARSE and S > _MAX_LOOPED_SLOTS
-    if SCATTER and q[10].shape[1] == S_P2 and q[12].shape[1] != S_P2:
-        # q's ids and counts preloaded (the ticketed finish, v5 step 45): a request block
-        # with no rejected stop row skips the scatter, which would change no weight (step
-        # 45c; in every plan, the branch made B64 S = 1024's finish 4.6% slower).
+    # q's slot tensors [BLOCK_B, S_P2] hold the stop row's ids and counts, but no logits: the
+    # ticketed finish read them first (``_preloaded_support``, v5 step 45)
+    PRELOADED: tl.constexpr = q[10].shape[1] == S_P2 and q[12].shape[1] != S_P2
+    if SCATTER and PRELOADED:
+        # a request block with no rejected stop row skips the scatter, which would change no
+        # weight (step 45c). The call is written twice on purpose: the skip in every plan
+        # made B64 S = 1024's finish 4.6% slower (step 45b).
         if tl.max(resid.to(tl.int32), axis=0) > 0:
             e = _scatter_residuals(
-                e, mask_v, q, resid, tile_start, row_max, row_sum, inv_tau, S, S_P2, BLOCK_F, UNPIN
+                e,
+                mask_v,
+                q,
+                resid,
+                tile_start,
+                row_max,
+                row_sum,
+                inv_tau,
+                S,
+                S_P2,
+                BLOCK_F,
+                PRELOADED,
+                UNPIN,
             )
     elif SCATTER:
         e = _scatter_residuals(
-            e, mask_v, q, resid, tile_start, row_max, row_sum, inv_tau, S, S_P2, BLOCK_F, UNPIN
+            e,
+            mask_v,
+            q,
+            resid,
+            tile_start,
+            row_max,
+            row_sum,
+            inv_tau,
+            S,
+            S_P2,
+            BLOCK_F,
+            PRELOADED,
+            UNPIN,
         )
     elif Q_MODE == _Q_SPARSE:
         for s in range(S):
@@ -906,6 +933,7 @@ def _scatter_residuals(
     S: tl.constexpr,
     S_P2: tl.constexpr,
     BLOCK_F: tl.constexpr,
+    PRELOADED: tl.constexpr,
     UNPIN: tl.constexpr,
 ):
     """The tile e with r_s = max(e_s - q_s s, 0) in place of e_s at every support id s of q
@@ -918,14 +946,13 @@ def _scatter_residuals(
     (q's slot tensors are [BLOCK_B, S_P2]), r_s comes from those logits, e_s =
     exp((l_s - m)/tau) as the tile computes it, on the lanes ``mask_v`` keeps (a prefix of
     the tile: its masked lanes weigh 0, as their stored e does); otherwise the ids and counts
-    are taken from q (the ticketed finish read them first: ``_preloaded_support``) or read
-    here, and e_s is gathered from the stored tile. Support ids are distinct
-    (validated; for unvalidated q with duplicate ids one of the writes wins, where the loop
-    would apply both).
+    are taken from q (``PRELOADED``: the ticketed finish read them first,
+    ``_preloaded_support``) or read here, and e_s is gathered from the stored tile. Support
+    ids are distinct (validated; for unvalidated q with duplicate ids one of the writes wins,
+    where the loop would apply both).
     """
     qid_ptr, qcnt_ptr, q_row_off, stride_qs, _qd, _qd_off, _qd_stride, inv_den = q[0:8]
     scr, scr_off, slot_id, slot_count, slot_logit = q[8:13]
-    PRELOADED: tl.constexpr = slot_id.shape[1] == S_P2 and slot_logit.shape[1] != S_P2
     if UNPIN and resid.shape[0] == 1:  # see _unpinned
         resid = _unpinned_flag(resid)
         tile_start = _unpinned(tile_start)
