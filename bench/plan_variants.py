@@ -62,7 +62,10 @@ every input set) must be the default's bit for bit, or the script fails. Variant
 - row pairs ("pairs", point drafts at B256 and B1024, all T1, all T0 and every other
   request T0): one pair of a request's rows a program at one warp, through TMA boxes of
   two rows (every block of one kind, the mixed batch's too) and through pointer loads,
-  beside the plan's eight rows in kind order.
+  beside the plan's eight rows in kind order;
+- row pairs at odd K + 1 ("pairs K4", the same at K = 4, where a pair may straddle two
+  requests): the flat pairs (through boxes and through pointer loads) and the pairs in kind
+  order, beside the plan's eight rows in kind order.
 
 A variant that leaves the default plan as it is (e.g. overlap where the plan overlaps
 already) is skipped, not timed twice.
@@ -81,7 +84,7 @@ from typing import Any
 
 import torch
 from launch_split import precompile, time_calls  # bench/ is the script's own folder
-from selector_ab import case_plan, digest, input_sets, make_inputs
+from selector_ab import K, case_plan, digest, input_sets, make_inputs
 
 from pp3kernels.selector import LaunchPlan, verify_chain
 
@@ -224,19 +227,34 @@ _PAIRS: dict[str, dict[str, Any]] = {
     "p2 w1 tma": {"flat_rows": 2, "num_warps": 1, "kind_order": False},
     "p2 w1 ptr": {"flat_rows": 2, "num_warps": 1, "kind_order": False, "tma": False},
 }
+# Odd K+1 (K = 4, fifty-second session): step 47 kept the eight kind-ordered rows there,
+# since a pair may straddle two requests (two of a request's five rows' pairs do), and a
+# straddling pair of a T1 and a T0 request runs the mixed loop. Beside the flat pairs, the
+# pairs in kind order (groups of two requests, T1 first: at most one mixed pair a group,
+# and a group holding both kinds reads through pointer loads).
+_PAIRS_ODD: dict[str, dict[str, Any]] = {
+    **_PAIRS,
+    "p2 w1 kind": {"flat_rows": 2, "num_warps": 1, "kind_order": True},
+}
 # The interpreter's smoke: a split at tiles of 64 and 128 (its warps are ignored there).
 _CPU_SWEEP: dict[str, dict[str, Any]] = {
     f"tile {tile} w4": {"support_tile": tile, "support_warps": 4} for tile in (64, 128)
 }
 
 
-def cases(cpu: bool) -> list[tuple[str, int, str, str, dict[str, dict[str, Any]]]]:
-    """(name, batch, temperatures, q form, {variant: plan fields}) of every case."""
+Case = tuple[str, int, str, str, dict[str, dict[str, Any]], int]
+
+
+def cases(cpu: bool) -> list[Case]:
+    """(name, batch, temperatures, q form, {variant: plan fields}, K) of every case."""
     if cpu:
         out = [(f"B4 {t} point", 4, t, "point", _POINT_B64) for t in ("T1", "T0", "mix")]
         out += [(f"B4 rows {t} point", 4, t, "point", _ROWS) for t in ("T1", "mix")]
         out += [(f"B{b} small rows T1 point", b, "T1", "point", _ROWS_SMALL) for b in (1, 3)]
-        return out + [("B4 sparse64", 4, "T1", "sparse64", _SPARSE | _CPU_SWEEP)]
+        out += [("B4 sparse64", 4, "T1", "sparse64", _SPARSE | _CPU_SWEEP)]
+        return [(*case, K) for case in out] + [
+            ("B4 pairs K4 mix point", 4, "mix", "point", _PAIRS_ODD, 4)
+        ]
     out = [(f"B64 {t} point", 64, t, "point", _POINT_B64) for t in ("T1", "T0", "mix")]
     out += [(f"B256 {t} point", 256, t, "point", _POINT_B256) for t in ("T1", "T0", "half", "mix")]
     out += [
@@ -310,7 +328,12 @@ def cases(cpu: bool) -> list[tuple[str, int, str, str, dict[str, dict[str, Any]]
         for b in (256, 1024)
         for t in ("T1", "T0", "mix")
     ]
-    return out
+    odd = [
+        (f"B{b} pairs K4 {t} point", b, t, "point", _PAIRS_ODD, 4)
+        for b in (256, 1024)
+        for t in ("T1", "T0", "mix")
+    ]
+    return [(*case, K) for case in out] + odd
 
 
 def case_plans(
@@ -320,10 +343,11 @@ def case_plans(
     variants: dict[str, dict[str, Any]],
     words: list[str] | None,
     cpu: bool,
+    depth: int = K,
 ) -> dict[str, LaunchPlan]:
     """The default plan of a case and its variants (those naming one of ``words``), each a
     ``dataclasses.replace`` of it; a variant equal to one already there is left out."""
-    default: LaunchPlan = case_plan(batch, q, vocab, cpu=cpu)
+    default: LaunchPlan = case_plan(batch, q, vocab, cpu=cpu, depth=depth)
     plans = {"default": default}
     for variant, fields in variants.items():
         if words and not any(word in variant for word in words):
@@ -342,14 +366,14 @@ def case_plans(
     return plans
 
 
-Work = tuple[int, str, str, int, dict[str, LaunchPlan]]
+Work = tuple[int, str, str, int, dict[str, LaunchPlan], int]
 
 
 def _compile(work: list[Work]) -> int:
     """Worker: compile every plan of each case (batch, temperatures, q form, V, plans) by one
     call on one input set of the case's own shape (same specialisation)."""
-    for batch, temps, q, vocab, plans in work:
-        inputs = make_inputs(batch, temps, q, 0, vocab, "cuda")
+    for batch, temps, q, vocab, plans, depth in work:
+        inputs = make_inputs(batch, temps, q, 0, vocab, "cuda", depth)
         for plan in plans.values():
             verify_chain(**inputs, validate=False, plan=plan)
     torch.cuda.synchronize()
@@ -367,20 +391,20 @@ def main() -> int:
     args = parser.parse_args()
     device, usual_vocab = ("cpu", 3000) if args.cpu else ("cuda", 129_280)
     l2 = 60 << 20 if args.cpu else torch.cuda.get_device_properties(0).L2_cache_size
-    selected: list[tuple[str, int, str, str, int, dict[str, LaunchPlan]]] = []
-    for name, batch, temps, q, variants in cases(args.cpu):
+    selected: list[tuple[str, int, str, str, int, dict[str, LaunchPlan], int]] = []
+    for name, batch, temps, q, variants, depth in cases(args.cpu):
         if args.only and not any(word in name for word in args.only):
             continue
         vocab = WIDE_VOCAB if "wide vocab" in name else usual_vocab
-        plans = case_plans(batch, q, vocab, variants, args.variants, args.cpu)
-        selected.append((name, batch, temps, q, vocab, plans))
+        plans = case_plans(batch, q, vocab, variants, args.variants, args.cpu, depth)
+        selected.append((name, batch, temps, q, vocab, plans, depth))
     if not args.cpu:  # every plan compiled in parallel first (the timings then hit the cache)
-        precompile(_compile, [(b, t, q, v, plans) for _name, b, t, q, v, plans in selected])
+        precompile(_compile, [(b, t, q, v, plans, k) for _name, b, t, q, v, plans, k in selected])
     rows: list[tuple[str, str, float, float]] = []
     same = True
-    for name, batch, temps, q, vocab, plans in selected:
-        sets = input_sets(batch, vocab, l2, cpu=args.cpu)
-        inputs = [make_inputs(batch, temps, q, i, vocab, device) for i in range(sets)]
+    for name, batch, temps, q, vocab, plans, depth in selected:
+        sets = input_sets(batch, vocab, l2, cpu=args.cpu, depth=depth)
+        inputs = [make_inputs(batch, temps, q, i, vocab, device, depth) for i in range(sets)]
         base_us = 0.0
         reference = ""
         for variant, plan in plans.items():

@@ -80,10 +80,11 @@ def cases(cpu: bool, only: list[str] | None = None) -> list[tuple[str, int, str,
     return [c for c in out if not only or any(word in c[0] for word in only)]
 
 
-def input_sets(batch: int, vocab: int, l2_bytes: int, *, cpu: bool) -> int:
-    """Input sets of a case's bf16 logits [B, K+1, V] so that the timed calls, rotating
-    through them, read >= 2 x L2 bytes (so they miss the cache); 1 in the interpreter."""
-    return 1 if cpu else max(1, -(-2 * l2_bytes // (batch * (K + 1) * vocab * 2)))
+def input_sets(batch: int, vocab: int, l2_bytes: int, *, cpu: bool, depth: int = K) -> int:
+    """Input sets of a case's bf16 logits [B, K+1, V] (K = ``depth``) so that the timed
+    calls, rotating through them, read >= 2 x L2 bytes (so they miss the cache); 1 in the
+    interpreter."""
+    return 1 if cpu else max(1, -(-2 * l2_bytes // (batch * (depth + 1) * vocab * 2)))
 
 
 def support_of(q: str) -> int:
@@ -91,24 +92,27 @@ def support_of(q: str) -> int:
     return int(q.removeprefix("sparse")) if q.startswith("sparse") else 1
 
 
-def case_plan(batch: int, q: str, vocab: int, *, cpu: bool) -> Any:
-    """The LaunchPlan that verify_chain picks for a case of q form ``q``: the probe's
-    ``case_launch_plan``, which imports ``pp3kernels`` when called (the A/B workers each put
+def case_plan(batch: int, q: str, vocab: int, *, cpu: bool, depth: int = K) -> Any:
+    """The LaunchPlan that verify_chain picks for a case of q form ``q`` (K = ``depth``): the
+    probe's ``case_launch_plan``, which imports ``pp3kernels`` when called (the A/B workers each put
     their own first on the path). Where the plan sweeps start."""
     from pp3cli.timing.cases import ProbeCase
     from pp3cli.timing.probe import case_launch_plan
 
     draft = "sparse" if q.startswith("sparse") else q
-    case = ProbeCase(batch, K, vocab, "bfloat16", draft, 0, support_of(q))
+    case = ProbeCase(batch, depth, vocab, "bfloat16", draft, 0, support_of(q))
     return case_launch_plan(case, interpreter=cpu)
 
 
-def make_inputs(batch: int, temps: str, q: str, index: int, vocab: int, device: str) -> Any:
+def make_inputs(
+    batch: int, temps: str, q: str, index: int, vocab: int, device: str, depth: int = K
+) -> Any:
+    """verify_chain's keyword arguments for one input set of a case (K = ``depth``)."""
     import torch
 
     gen = torch.Generator(device=device).manual_seed(7919 * batch + 104729 * index + len(q))
-    logits = (torch.randn(batch, K + 1, vocab, generator=gen, device=device) * 4).bfloat16()
-    drafts = logits.float().argmax(-1)[:, :K].to(torch.int32).contiguous()
+    logits = (torch.randn(batch, depth + 1, vocab, generator=gen, device=device) * 4).bfloat16()
+    drafts = logits.float().argmax(-1)[:, :depth].to(torch.int32).contiguous()
     drafts[1::3, 2] = (drafts[1::3, 2] + 1) % vocab
     tau = torch.ones(batch, device=device)
     if temps == "mix":
@@ -123,19 +127,19 @@ def make_inputs(batch: int, temps: str, q: str, index: int, vocab: int, device: 
         position=torch.arange(batch, dtype=torch.int64, device=device) * 11 + 100,
     )
     if q == "point":
-        counts = torch.full((batch, K, 1), DENOMINATOR, dtype=torch.int32, device=device)
+        counts = torch.full((batch, depth, 1), DENOMINATOR, dtype=torch.int32, device=device)
         args.update(q_ids=drafts[..., None].clone(), q_counts=counts, denominator=DENOMINATOR)
     elif q.startswith("sparse"):  # S distinct ids (stride V // S), the draft first
         support = support_of(q)
         step = torch.arange(support, device=device) * (vocab // support)
         ids = ((drafts[..., None].long() + step) % vocab).to(torch.int32)
         counts = torch.full(
-            (batch, K, support), DENOMINATOR // support, dtype=torch.int32, device=device
+            (batch, depth, support), DENOMINATOR // support, dtype=torch.int32, device=device
         )
         args.update(q_ids=ids, q_counts=counts, denominator=DENOMINATOR)
     else:
-        noise = torch.randn(batch, K, vocab, generator=gen, device=device)
-        args["q_dense"] = torch.softmax(logits[:, :K].float() + noise, dim=-1)
+        noise = torch.randn(batch, depth, vocab, generator=gen, device=device)
+        args["q_dense"] = torch.softmax(logits[:, :depth].float() + noise, dim=-1)
     return args
 
 
