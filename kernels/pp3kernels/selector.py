@@ -93,10 +93,6 @@ _LARGE_BATCH = 16
 # Checked again at 80 registers (step 16, fourteenth session): at B64 T0 38.7 -> 36.0 but
 # T1 39.6 -> 41.3 and spread-mixed 41.4 -> 46.1, so the line stays.
 _TMA_BATCH = 256
-# From this many requests on, phase 1 takes each group's rows in kind order (step 17: at
-# B256 / B1024 spread-mixed batches ran 9.6% / 11.2% faster and all-T1 ones 4.8% / 4.0%
-# slower; below 256 every case lost 0.5-6%) (bench/NOTES.md).
-_KIND_ORDER_BATCH = 256
 # From this many requests on, chunks of _LONG_CHUNK tokens: 8 phase-1 steps a program
 # instead of 4, so that what a program does outside its loop is paid half as often
 # (sixteenth session's A/B at B256 / B1024: T1 -5.2% / -7.6%, T0 -3.5% / -1.2%, spread-mixed
@@ -136,13 +132,16 @@ _ROW_TILE_LANES = 1024
 # 1.006; from B6 greedy calls lost 2-3% (B6 T0 1.020, B7 1.029, B8 1.027).
 _PAIR_TILE_BATCH = 6
 _PAIR_TILE_LANES = 512
-# From _TMA_BATCH requests on, where K+1 is even: one pair of a request's rows a program,
-# [2, _GROUPS_LARGE_BATCH, _ROW_PAIR_LANES] at one warp (v5 step 47, bench/NOTES.md,
-# fifty-first session, H100: B256 T1 0.981, T0 0.986, spread-mixed 0.970; B1024 0.996,
-# 0.997, 0.994; outputs identical). Every block is then one request's rows, so of one kind
-# and consecutive: TMA boxes read the spread-mixed batch's blocks too, with no kind order.
-# The lanes and groups are the eight-row tile's, and at one warp the groups stay in each
-# thread's registers (at two, half the warps lay along them: 56 barriers against 26).
+# From _TMA_BATCH requests on: one pair of flat rows a program, [2, _GROUPS_LARGE_BATCH,
+# _ROW_PAIR_LANES] at one warp, through TMA boxes, with no kind order. Where K+1 is even
+# (v5 step 47, bench/NOTES.md, fifty-first session, H100: B256 T1 0.981, T0 0.986,
+# spread-mixed 0.970; B1024 0.996, 0.997, 0.994; outputs identical) every pair is one
+# request's rows, so of one kind. Where it is odd (step 48, fifty-second session) two of
+# every K+1 pairs straddle two requests and, in a mixed batch, some run the mixed loop; the
+# pairs still beat the eight kind-ordered rows (LaunchPlan.kind_order, step 17's choice
+# from 256 requests until then). The lanes and groups are the eight-row tile's, and at one
+# warp the groups stay in each thread's registers (at two, half the warps lay along them:
+# 56 barriers against 26).
 _ROW_PAIR_LANES = 128
 _ROW_PAIR_WARPS = 1
 _NUM_WARPS = 4  # interpreter and small-vocabulary plans (both phases)
@@ -313,8 +312,8 @@ def plan_launch(
     vocabularies on a GPU: one request per program, one split (row tiles of many requests hit
     a scan-lowering assertion in Triton 3.6 on sm_90). Large vocabularies on a GPU: phase 1
     tiles consecutive flat rows a program (one row where a single request is verified, two
-    for two to five requests, R = next_power_of_2(K+1) from six, and from 256 requests, where
-    K+1 is even, one request's pair of rows at one warp), phase 2 one request a
+    for two to five requests, R = next_power_of_2(K+1) from six, and a pair of rows at one
+    warp from 256 requests), phase 2 one request a
     program, and many vocabulary splits per request, so that the programs keep enough
     loads in flight to cover memory latency.
     """
@@ -347,8 +346,7 @@ def plan_launch(
     else:
         block_v = max(_MIN_BLOCK_V, _TILE_ELEMENTS_LARGE_BATCH // r)
         flat_rows, groups, warps = r, _GROUPS_LARGE_BATCH, _NUM_WARPS_LARGE_BATCH
-    row_pairs = batch >= _TMA_BATCH and rows % 2 == 0
-    if row_pairs:
+    if batch >= _TMA_BATCH:
         flat_rows, block_v, warps = 2, _ROW_PAIR_LANES, _ROW_PAIR_WARPS
     shortest = _LONG_CHUNK if batch >= _LONG_CHUNK_BATCH else _CHUNK
     chunk = max(shortest, triton.cdiv(triton.cdiv(vocab, _MAX_SPLITS), _DRAW_TILE) * _DRAW_TILE)
@@ -397,10 +395,6 @@ def plan_launch(
         # 1.1-1.2x with pointer loads (bench/NOTES.md, eleventh session); from
         # _TMA_BATCH requests on, where the whole selector gained (twelfth session).
         tma=batch >= _TMA_BATCH,
-        # Rows in kind order: mixed batches run sampled-only and greedy-only blocks
-        # (bench/NOTES.md, step 17), from _KIND_ORDER_BATCH requests on.
-        # (a pair of one request's rows holds one kind: nothing to order)
-        kind_order=batch >= _KIND_ORDER_BATCH and not row_pairs,
         support_tile=support_tile,
         support_warps=support_warps,
         ticket=ticket,

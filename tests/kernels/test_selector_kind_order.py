@@ -10,6 +10,7 @@ TMA plan (their rows are not consecutive), the others through boxes.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -187,20 +188,19 @@ def test_greedy_ties_in_kind_ordered_blocks_take_the_lowest_id() -> None:
     assert (ordered.tokens[1::2, 0] == 3).all()
 
 
-def test_the_gpu_plans_order_rows_by_kind_from_256_requests_and_the_interpreter_plans_do_not() -> (
-    None
-):
+def test_no_plan_picks_the_kind_order_but_its_launch_constant_follows_the_plan() -> None:
+    """Kind order is a plan option (measured by bench/plan_variants.py) that no plan picks
+    since v5 step 48: from 256 requests every plan tiles pairs of flat rows at one warp,
+    whatever the parity of K+1; below, kind order lost (step 17)."""
     for batch in (1, 4, 64, 255, 256, 1024):
         for rows in (5, 6):
             plan = plan_launch(batch, rows, 129_280, interpreter=False)
-            # one request: one flat row a program (v5 step 40), so no block of both kinds; two
-            # to five: two flat rows (steps 41-42; B5 is not in this loop); from 256 with K+1
-            # even, one request's pair of rows (step 47), of one kind: nothing to order
-            pairs = batch >= 256 and rows % 2 == 0
-            flat = 1 if batch == 1 else 2 if batch <= 4 or pairs else 8
-            ordered = batch >= 256 and not pairs
-            assert plan.kind_order == ordered and plan.flat_rows == flat, (batch, rows)
-            constants = launch_constants(plan, rows, 0, 1, overlap=False)[0]
-            assert constants["KIND_ORDER"] is ordered
+            # one request: one flat row a program (v5 step 40); two to five: two flat rows
+            # (steps 41-42; B5 is not in this loop); from 256, a pair (steps 47-48)
+            flat = 1 if batch == 1 else 2 if batch <= 4 or batch >= 256 else 8
+            assert not plan.kind_order and plan.flat_rows == flat, (batch, rows)
+            assert launch_constants(plan, rows, 0, 1, overlap=False)[0]["KIND_ORDER"] is False
+            ordered = replace(plan, kind_order=True)
+            assert launch_constants(ordered, rows, 0, 1, overlap=False)[0]["KIND_ORDER"] is True
     interp = plan_launch(4, 6, 129_280, interpreter=True)
     assert launch_constants(interp, 6, 0, 1, overlap=False)[0]["KIND_ORDER"] is False

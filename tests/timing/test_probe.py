@@ -392,15 +392,14 @@ def test_each_case_names_the_selector_plan_it_was_timed_with() -> None:
     assert large["tma"] is False and large["kind_order"] is False
     assert large["overlap"] is True  # sparse q of 64 slots overlaps its launches
     wide = probe_cases.ProbeCase(256, 5, 129280, "bf16", "point", 0, 64)
-    # TMA boxes from 256 requests on, with K+1 even one request's pair of rows a program at
-    # one warp (v5 step 47) and with K+1 odd eight rows in kind order; chunks of 4096 tokens
+    # TMA boxes from 256 requests on, a pair of flat rows a program at one warp, with K+1
+    # even (v5 step 47) and odd (step 48), and no kind order; chunks of 4096 tokens
     # from 64 on, drawn from as one tile below 256 (v5 step 21) and in tiles of 1024 from 256
     wide_plan = probe.selector_plan(wide)
     assert wide_plan["tma"] is True and wide_plan["kind_order"] is False
     assert (wide_plan["flat_rows"], wide_plan["num_warps"], wide_plan["block_v"]) == (2, 1, 128)
     odd = probe.selector_plan(probe_cases.ProbeCase(256, 4, 129280, "bf16", "point", 0, 64))
-    assert odd["tma"] is True and odd["kind_order"] is True
-    assert (odd["flat_rows"], odd["num_warps"], odd["block_v"]) == (8, 4, 128)
+    assert odd == wide_plan
     assert (wide_plan["chunk"], wide_plan["nsplit"], wide_plan["block_f"]) == (4096, 32, 1024)
     assert (large["chunk"], large["nsplit"], large["block_f"]) == (4096, 32, 4096)
     # Given the device, what a call did there: on the CPU no overlap, and TMA boxes only in
