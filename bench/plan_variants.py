@@ -64,8 +64,9 @@ every input set) must be the default's bit for bit, or the script fails. Variant
   two rows (every block of one kind, the mixed batch's too) and through pointer loads,
   beside the plan's eight rows in kind order;
 - row pairs at odd K + 1 ("pairs K4", the same at K = 4, where a pair may straddle two
-  requests): the flat pairs (through boxes and through pointer loads) and the pairs in kind
-  order, beside the plan's eight rows in kind order.
+  requests): the flat pairs (through boxes and through pointer loads), the pairs in kind
+  order and one flat row a program at one warp (no program straddles two requests), beside
+  the plan's pairs.
 
 A variant that leaves the default plan as it is (e.g. overlap where the plan overlaps
 already) is skipped, not timed twice.
@@ -235,6 +236,9 @@ _PAIRS: dict[str, dict[str, Any]] = {
 _PAIRS_ODD: dict[str, dict[str, Any]] = {
     **_PAIRS,
     "p2 w1 kind": {"flat_rows": 2, "num_warps": 1, "kind_order": True},
+    # One flat row a program at one warp (fifty-third session): no program straddles two
+    # requests, at twice the pairs' programs.
+    "r1 w1 tma": {"flat_rows": 1, "num_warps": 1, "kind_order": False},
 }
 # The interpreter's smoke: a split at tiles of 64 and 128 (its warps are ignored there).
 _CPU_SWEEP: dict[str, dict[str, Any]] = {
