@@ -29,7 +29,8 @@ a `pp3kernels/` that has `selector.launch_constants`, i.e. from v5 step 8 on) is
 its own subprocess; the default
 is this tree's kernels/. Cases: phase 1 and phase 2 of point drafts at B4, B16, B64 and B256, sparse
 S = 64, 1024 and 4096 at B4 and S = 64, 1024 and 4096 at B64 (with step 25's counts and
-support launches where the plan splits the support), dense q at B4, V = 129280, K = 5.
+support launches where the plan splits the support), dense q at B4, V = 129280, K = 5
+(PP3_SM90_DEPTH=K in the environment: another chain depth for every case).
 A static view only: it says where registers spill, not how long anything takes (that is
 `pp3 probe` on the device).
 """
@@ -50,7 +51,7 @@ from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parent.parent
 VOCAB = 129_280
-K = 5
+K = int(os.environ.get("PP3_SM90_DEPTH", "5"))  # K: the chain depth of every case
 CASES = [
     ("B4 point", 4, "point", 1),
     ("B16 point", 16, "point", 1),

@@ -28,8 +28,10 @@ three requests off by one at row 2; point-mass q (S = 1, count C = 2^16) for
 B in {1, 4, 16, 64, 256, 1024} x {all T1, all T0, half (the first half T0), mix (every
 other request T0, as `pp3 probe --t0-share 0.5` spreads them; from B = 4)}; sparse q
 (S = 64, 1024 and 4096 tokens of C / S each, the draft among them) for B in {4, 64} and
-dense q (softmax of noisy logits) for B in {1, 4, 16, 64}, all T1. ``--only`` keeps the
-cases whose name contains one of the given words.
+dense q (softmax of noisy logits) for B in {1, 4, 16, 64}, all T1; and at K = 4 ("K4"
+cases: odd K+1, where a flat pair of rows may straddle two requests) point drafts at B4,
+B256 and B1024, all T1, all T0 and mix. ``--only`` keeps the cases whose name contains one
+of the given words.
 
 Prints one table last (case, base µs, new µs, new/base, outputs identical; µs = median over
 rounds of each worker's median) and writes everything to DIR/selector_ab.json. Graph
@@ -60,8 +62,9 @@ WARMUP_REPLAYS = 3
 TIMED_REPLAYS = 100
 
 
-def cases(cpu: bool, only: list[str] | None = None) -> list[tuple[str, int, str, str]]:
-    """(name, batch, temperatures, q form) of every case (those naming a word of ``only``)."""
+def cases(cpu: bool, only: list[str] | None = None) -> list[tuple[str, int, str, str, int]]:
+    """(name, batch, temperatures, q form, K) of every case (those naming a word of
+    ``only``)."""
     batches = (1, 4) if cpu else (1, 4, 16, 64, 256, 1024)
     out = [(f"B{b} {t} point", b, t, "point") for b in batches for t in ("T1", "T0", "half")]
     out += [(f"B{b} mix point", b, "mix", "point") for b in batches if b >= 4]
@@ -77,7 +80,14 @@ def cases(cpu: bool, only: list[str] | None = None) -> list[tuple[str, int, str,
         out += [(f"B{b} T1 sparse{s}", b, "T1", f"sparse{s}") for s in supports]
     # dense q on both sides of the plans' small-batch line (16 requests)
     out += [(f"B{b} T1 dense", b, "T1", "dense") for b in ((4,) if cpu else (1, 4, 16, 64))]
-    return [c for c in out if not only or any(word in c[0] for word in only)]
+    # K = 4 (odd K+1: a flat pair of rows may straddle two requests), point drafts
+    odd = [
+        (f"K4 B{b} {t} point", b, t, "point", 4)
+        for b in ((4,) if cpu else (4, 256, 1024))
+        for t in (("mix",) if cpu else ("T1", "T0", "mix"))
+    ]
+    both = [(*c, K) for c in out] + odd
+    return [c for c in both if not only or any(word in c[0] for word in only)]
 
 
 def input_sets(batch: int, vocab: int, l2_bytes: int, *, cpu: bool, depth: int = K) -> int:
@@ -189,9 +199,9 @@ def worker(cpu: bool, result_path: str, only: list[str] | None) -> None:
     device, vocab = ("cpu", 300) if cpu else ("cuda", 129_280)
     l2 = 60 << 20 if cpu else torch.cuda.get_device_properties(0).L2_cache_size
     report: dict[str, Any] = {"package": str(Path(pp3kernels.__file__).parent), "cases": {}}
-    for name, batch, temps, q in cases(cpu, only):
-        sets = input_sets(batch, vocab, l2, cpu=cpu)
-        inputs = [make_inputs(batch, temps, q, i, vocab, device) for i in range(sets)]
+    for name, batch, temps, q, depth in cases(cpu, only):
+        sets = input_sets(batch, vocab, l2, cpu=cpu, depth=depth)
+        inputs = [make_inputs(batch, temps, q, i, vocab, device, depth) for i in range(sets)]
         outputs = [verify_chain(**args, validate=False) for args in inputs]
         calls = [lambda args=args: verify_chain(**args, validate=False) for args in inputs]
         samples = time_case(calls, cpu)
